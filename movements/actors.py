@@ -1,0 +1,41 @@
+"""Who acted: every state change records an actor (a user or a named system component)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models
+
+
+class ActorType(models.TextChoices):
+    USER = "user", "User"
+    SYSTEM = "system", "System"
+
+
+@dataclass(frozen=True)
+class Actor:
+    type: str
+    id: str
+    user: Any = None
+
+    @classmethod
+    def system(cls, component: str) -> "Actor":
+        return cls(type=ActorType.SYSTEM, id=component)
+
+    @classmethod
+    def for_user(cls, user: Any) -> "Actor":
+        return cls(type=ActorType.USER, id=str(user.pk), user=user)
+
+    @property
+    def is_user(self) -> bool:
+        return self.type == ActorType.USER
+
+    def has_perm(self, perm: str) -> bool:
+        """System components act on their own authority; users need the permission."""
+        if not self.is_user:
+            return True
+        return bool(self.user and self.user.is_active and self.user.has_perm(perm))
+
+    def __str__(self) -> str:
+        if self.user is not None:
+            return f"{self.type}:{self.user.get_username()}"
+        return f"{self.type}:{self.id}"

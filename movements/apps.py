@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MovementsConfig(AppConfig):
+    name = "movements"
+    verbose_name = "Movements"

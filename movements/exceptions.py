@@ -1,0 +1,68 @@
+"""Domain errors. Each carries a stable code; the API maps them to one error shape."""
+
+from typing import Any
+
+
+class QTGError(Exception):
+    code = "error"
+    http_status = 400
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class InvalidInput(QTGError):
+    """Input is malformed; nothing was written."""
+
+    code = "invalid"
+    http_status = 400
+
+
+class TemplateInvalid(InvalidInput):
+    """A route template (or its compilation against request params) is malformed."""
+
+    code = "invalid_template"
+
+
+class IllegalStateTransition(QTGError):
+    """The transition is not an edge of the state table; nothing was written."""
+
+    code = "illegal_state_transition"
+    http_status = 409
+
+    def __init__(self, *, subject: str, current: str, target: str, message: str = "") -> None:
+        super().__init__(
+            message or f"{subject} cannot move from {current} to {target}",
+            details={"subject": subject, "current_state": current, "target_state": target},
+        )
+        self.subject = subject
+        self.current = current
+        self.target = target
+
+
+class ActionRefused(QTGError):
+    """The action is not possible in the current situation (in-flight nodes, expired, ...)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class IdempotencyConflict(QTGError):
+    """The idempotency key was already used with a different body."""
+
+    code = "idempotency_conflict"
+    http_status = 409
+
+
+class NotPermitted(QTGError):
+    """The actor lacks the permission, or four-eyes forbids it."""
+
+    code = "permission_denied"
+    http_status = 403
+
+
+class NotFound(QTGError):
+    code = "not_found"
+    http_status = 404

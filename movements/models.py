@@ -1,0 +1,292 @@
+"""Route templates, movement requests, their compiled plan, node attempts and the audit trail."""
+
+import uuid
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django_fsm import ConcurrentTransitionMixin
+
+from movements.actors import ActorType
+from movements.fsm import state_machine_base
+from movements.states import (
+    NODE_TRANSITIONS,
+    REQUEST_TRANSITIONS,
+    NodeState,
+    RequestState,
+)
+
+RequestStateMachine = state_machine_base(
+    name="RequestStateMachine",
+    field_name="request_state",
+    states=RequestState,
+    table=REQUEST_TRANSITIONS,
+    initial=RequestState.RECEIVED,
+    module=__name__,
+)
+
+NodeStateMachine = state_machine_base(
+    name="NodeStateMachine",
+    field_name="node_state",
+    states=NodeState,
+    table=NODE_TRANSITIONS,
+    initial=NodeState.BLOCKED,
+    module=__name__,
+)
+
+MONEY = {"max_digits": 38, "decimal_places": 18}
+
+
+class NodeKind(models.TextChoices):
+    ACTION = "ACTION", "Action"
+    OBSERVE = "OBSERVE", "Observe"
+    MANUAL_GATE = "MANUAL_GATE", "Manual gate"
+
+
+class RouteTemplate(models.Model):
+    """One reviewed version of a route template file, as loaded from the repository."""
+
+    key = models.SlugField(max_length=64)
+    version = models.PositiveIntegerField()
+    checksum = models.CharField(max_length=64, help_text="sha256 of the reviewed YAML file")
+    name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    definition = models.JSONField(help_text="The validated template, as parsed from YAML")
+    source_path = models.CharField(max_length=300, blank=True)
+    is_active = models.BooleanField(default=True)
+    loaded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["key", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["key", "version"], name="route_template_key_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} v{self.version}"
+
+
+class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
+    """A request to move an amount of an asset from a source to a destination."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    template = models.ForeignKey(
+        RouteTemplate, null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    template_key = models.CharField(max_length=64, db_index=True)
+    template_version = models.PositiveIntegerField(null=True, blank=True)
+    asset = models.CharField(max_length=32, db_index=True)
+    amount = models.DecimalField(**MONEY)
+    source = models.CharField(max_length=200)
+    destination = models.CharField(max_length=200)
+    params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="movements_created",
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="movements_approved",
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    current_frontier = models.JSONField(default=list, blank=True)
+    failure_reason = models.TextField(blank=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="movement_idempotency_key_per_client",
+            ),
+        ]
+        indexes = [models.Index(fields=["request_state", "created_at"])]
+        permissions = [
+            ("approve_movement", "Can approve a movement"),
+            ("reject_movement", "Can reject a movement"),
+            ("resume_manual_gate", "Can resume a manual gate"),
+            ("cancel_movement", "Can cancel a movement"),
+            ("resolve_unknown_node", "Can resolve an UNKNOWN node by hand"),
+            ("resume_intervention", "Can resume a movement in manual intervention"),
+            ("retry_node", "Can retry a failed node of a movement in manual intervention"),
+            ("force_complete_movement", "Can force-complete a movement in manual intervention"),
+            ("force_fail_movement", "Can force-fail a movement in manual intervention"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.template_key} {self.amount} {self.asset} ({self.request_state})"
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+
+class MovementPlanNode(models.Model):
+    """A node of the plan compiled for one request (an immutable snapshot)."""
+
+    request = models.ForeignKey(MovementRequest, on_delete=models.CASCADE, related_name="plan_nodes")
+    key = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=NodeKind.choices)
+    executor = models.CharField(max_length=64)
+    has_side_effect = models.BooleanField(default=False)
+    signing_required = models.BooleanField(default=False)
+    config = models.JSONField(default=dict, blank=True)
+    condition = models.JSONField(null=True, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["request", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "key"], name="plan_node_key_per_request"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.kind})"
+
+
+class EdgeKind(models.TextChoices):
+    ON_SUCCESS = "on_success", "On success"
+
+
+class MovementPlanEdge(models.Model):
+    request = models.ForeignKey(MovementRequest, on_delete=models.CASCADE, related_name="plan_edges")
+    source = models.ForeignKey(MovementPlanNode, on_delete=models.CASCADE, related_name="out_edges")
+    target = models.ForeignKey(MovementPlanNode, on_delete=models.CASCADE, related_name="in_edges")
+    kind = models.CharField(max_length=16, choices=EdgeKind.choices, default=EdgeKind.ON_SUCCESS)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "target", "kind"], name="plan_edge_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source.key} -> {self.target.key}"
+
+
+class MovementRequestNodeQuerySet(models.QuerySet):
+    def current(self) -> "MovementRequestNodeQuerySet":
+        """The live attempt of each plan node (a retried node's failed attempt is history)."""
+        return self.filter(is_current=True)
+
+
+class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
+    """One attempt at executing one plan node of a request."""
+
+    request = models.ForeignKey(MovementRequest, on_delete=models.CASCADE, related_name="nodes")
+    plan_node = models.ForeignKey(
+        MovementPlanNode, on_delete=models.PROTECT, related_name="attempts"
+    )
+    node_key = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=NodeKind.choices)
+    executor = models.CharField(max_length=64)
+    has_side_effect = models.BooleanField(default=False)
+    signing_required = models.BooleanField(default=False)
+    attempt = models.PositiveIntegerField(default=1)
+    is_current = models.BooleanField(default=True)
+    # Execution bookkeeping, owned by the workers.
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    dispatch_count = models.PositiveIntegerField(default=0)
+    idempotency_key = models.CharField(max_length=128, blank=True)
+    signed_payload = models.TextField(blank=True)
+    external_ref = models.CharField(max_length=200, blank=True, db_index=True)
+    last_error = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = MovementRequestNodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["request", "plan_node__position", "attempt"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "node_key"],
+                condition=Q(is_current=True),
+                name="one_current_attempt_per_node",
+            ),
+            models.UniqueConstraint(
+                fields=["request", "node_key", "attempt"], name="node_attempt_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["node_state", "next_attempt_at"]),
+            models.Index(fields=["node_state", "lease_expires_at"]),
+        ]
+
+    def __str__(self) -> str:
+        suffix = f" #{self.attempt}" if self.attempt > 1 else ""
+        return f"{self.node_key}{suffix} ({self.node_state})"
+
+    @property
+    def is_manual_gate(self) -> bool:
+        return self.kind == NodeKind.MANUAL_GATE
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("Movement events are append-only")
+
+    def delete(self):
+        raise TypeError("Movement events are append-only")
+
+
+class MovementEvent(models.Model):
+    """One audit record: a state transition, or evidence recorded without a state change."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Created"
+        TRANSITION = "transition", "Transition"
+        RECORD = "record", "Record"
+
+    request = models.ForeignKey(MovementRequest, on_delete=models.PROTECT, related_name="events")
+    node = models.ForeignKey(
+        MovementRequestNode,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="events",
+    )
+    node_key = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRANSITION)
+    old_state = models.CharField(max_length=32, blank=True)
+    new_state = models.CharField(max_length=32, blank=True)
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=128, blank=True)
+    detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        subject = self.node_key or "request"
+        return f"{subject}: {self.old_state or '-'} -> {self.new_state or '-'}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise TypeError("Movement events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Movement events are append-only")

@@ -1,0 +1,60 @@
+"""Movement services: the only code that writes movement state (re-exported here)."""
+
+from movements.services.derivation import (
+    derive_request_state,
+    has_completed_side_effect,
+    should_release_reservation,
+)
+from movements.services.lifecycle import (
+    expire_overdue_approvals,
+    intervention_force_complete,
+    intervention_force_fail,
+    intervention_resume,
+    intervention_retry,
+    manual_gate_resume,
+    movement_approve,
+    movement_cancel,
+    movement_create,
+    movement_expire,
+    movement_reject,
+    node_resolve_unknown,
+    request_fingerprint,
+)
+from movements.services.progress import (
+    advance_after_completion,
+    apply_request_state_from_nodes,
+    compute_frontier,
+    refresh_frontier,
+    start_roots,
+)
+from movements.services.state import record_event, set_node_state, set_request_state
+from movements.services.templates import route_template_current, route_templates_sync
+
+__all__ = [
+    "advance_after_completion",
+    "apply_request_state_from_nodes",
+    "compute_frontier",
+    "derive_request_state",
+    "expire_overdue_approvals",
+    "has_completed_side_effect",
+    "intervention_force_complete",
+    "intervention_force_fail",
+    "intervention_resume",
+    "intervention_retry",
+    "manual_gate_resume",
+    "movement_approve",
+    "movement_cancel",
+    "movement_create",
+    "movement_expire",
+    "movement_reject",
+    "node_resolve_unknown",
+    "record_event",
+    "refresh_frontier",
+    "request_fingerprint",
+    "route_template_current",
+    "route_templates_sync",
+    "set_node_state",
+    "set_request_state",
+    "should_release_reservation",
+    "start_roots",
+]

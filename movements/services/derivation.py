@@ -1,0 +1,49 @@
+"""The pure rules: request state derived from node states, and when a reservation is released."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from movements.states import RUNNING_NODE_STATES, NodeState, RequestState
+
+
+def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
+    """The spec's derivation, in its priority order; None means 'no change yet'.
+
+    Reads only ``node_state``, ``has_side_effect`` and ``node_key`` of each node.
+    """
+    nodes = list(nodes)
+    if all(node.node_state in (NodeState.COMPLETED, NodeState.SKIPPED) for node in nodes):
+        return RequestState.COMPLETED
+
+    failed = any(node.node_state == NodeState.FAILED for node in nodes)
+    unknown = any(node.node_state == NodeState.UNKNOWN for node in nodes)
+    completed_with_side_effect = any(
+        node.node_state == NodeState.COMPLETED and node.has_side_effect for node in nodes
+    )
+    if failed or unknown:
+        if completed_with_side_effect:
+            return RequestState.MANUAL_INTERVENTION
+        if failed:
+            return RequestState.FAILED
+
+    waiting_at_gate = any(
+        node.node_state == NodeState.READY and node.node_key.startswith("manual_")
+        for node in nodes
+    )
+    if waiting_at_gate and not any(node.node_state in RUNNING_NODE_STATES for node in nodes):
+        return RequestState.WAITING_MANUAL_ACTION
+    return None
+
+
+def has_completed_side_effect(nodes: Iterable[Any]) -> bool:
+    return any(node.node_state == NodeState.COMPLETED and node.has_side_effect for node in nodes)
+
+
+def should_release_reservation(request: Any, nodes: Iterable[Any]) -> bool:
+    """The spec's rule, verbatim: REJECTED/EXPIRED always; CANCELLED/FAILED only when no
+    side-effect node completed."""
+    if request.request_state in (RequestState.REJECTED, RequestState.EXPIRED):
+        return True
+    if request.request_state in (RequestState.CANCELLED, RequestState.FAILED):
+        return not has_completed_side_effect(nodes)
+    return False

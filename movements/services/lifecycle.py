@@ -1,0 +1,556 @@
+"""The request lifecycle: create, approve, reject, expire, cancel, resume a manual gate,
+resolve an UNKNOWN node, and the operator's ways out of MANUAL_INTERVENTION.
+
+Every service takes keyword-only arguments and the acting user or system component, checks
+the actor's permission (authorisation lives here, not in the admin or the API), locks the rows
+it changes, and changes state only through ``set_request_state`` / ``set_node_state``.
+"""
+
+import hashlib
+import json
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from movements.actors import Actor
+from movements.compiler import compile_plan
+from movements.exceptions import (
+    ActionRefused,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    TemplateInvalid,
+)
+from movements.models import (
+    MovementEvent,
+    MovementPlanEdge,
+    MovementPlanNode,
+    MovementRequest,
+    MovementRequestNode,
+    NodeKind,
+)
+from movements.selectors import current_nodes
+from movements.services.progress import (
+    advance_after_completion,
+    apply_request_state_from_nodes,
+    compute_frontier,
+    refresh_frontier,
+    start_roots,
+)
+from movements.services.state import record_event, set_node_state, set_request_state
+from movements.services.templates import route_template_current
+from movements.states import (
+    IN_FLIGHT_NODE_STATES,
+    RUNNING_NODE_STATES,
+    NodeState,
+    RequestState,
+)
+from reservations.services import ReservationRefused, reservation_hold
+
+MAX_AMOUNT = Decimal("1e20")
+
+
+def _authorize(actor: Actor, codename: str) -> None:
+    if not actor.has_perm(f"movements.{codename}"):
+        raise NotPermitted(
+            f"{actor} lacks the permission movements.{codename}",
+            details={"permission": f"movements.{codename}"},
+        )
+
+
+def _lock_request(request: MovementRequest | Any) -> MovementRequest:
+    pk = request.pk if isinstance(request, MovementRequest) else request
+    try:
+        return MovementRequest.objects.select_for_update().get(pk=pk)
+    except (MovementRequest.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"movement {pk} does not exist") from None
+
+
+def _require_state(request: MovementRequest, *states: RequestState, action: str) -> None:
+    if request.request_state not in states:
+        raise ActionRefused(
+            f"cannot {action}: the movement is {request.request_state}",
+            details={
+                "current_state": request.request_state,
+                "allowed_states": [str(s) for s in states],
+            },
+        )
+
+
+def _require_reason(reason: str, action: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput(f"a reason is required to {action}", details={"reason": ["required"]})
+    return reason
+
+
+def _parse_amount(amount: Any) -> Decimal:
+    if isinstance(amount, float):
+        raise InvalidInput("amount must be a decimal string, not a float", details={"amount": ["float"]})
+    try:
+        value = Decimal(str(amount))
+    except (InvalidOperation, ValueError):
+        raise InvalidInput("amount is not a number", details={"amount": ["invalid"]}) from None
+    if not value.is_finite() or value <= 0 or value >= MAX_AMOUNT:
+        raise InvalidInput("amount must be positive", details={"amount": ["out of range"]})
+    if value.as_tuple().exponent < -18:
+        raise InvalidInput(
+            "amount has more than 18 decimal places", details={"amount": ["too precise"]}
+        )
+    return value
+
+
+def request_fingerprint(**body: Any) -> str:
+    """A stable hash of a create request's body, to tell a replay from a different request."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replay(*, created_by: Any, idempotency_key: str, fingerprint: str) -> MovementRequest | None:
+    existing = MovementRequest.objects.filter(
+        created_by=created_by, idempotency_key=idempotency_key
+    ).first()
+    if existing is None:
+        return None
+    if existing.request_fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            "this Idempotency-Key was already used with a different request body",
+            details={"idempotency_key": idempotency_key, "movement_id": str(existing.pk)},
+        )
+    existing.replayed = True
+    return existing
+
+
+def _build_plan(request: MovementRequest, plan: Any) -> None:
+    plan_nodes = {
+        node.key: MovementPlanNode(
+            request=request,
+            key=node.key,
+            kind=node.kind,
+            executor=node.executor,
+            has_side_effect=node.has_side_effect,
+            signing_required=node.signing_required,
+            config=node.config,
+            condition=node.condition,
+            position=node.position,
+        )
+        for node in plan.nodes
+    }
+    MovementPlanNode.objects.bulk_create(plan_nodes.values())
+    MovementPlanEdge.objects.bulk_create(
+        MovementPlanEdge(request=request, source=plan_nodes[s], target=plan_nodes[t])
+        for s, t in plan.edges
+    )
+    MovementRequestNode.objects.bulk_create(
+        MovementRequestNode(
+            request=request,
+            plan_node=plan_node,
+            node_key=plan_node.key,
+            kind=plan_node.kind,
+            executor=plan_node.executor,
+            has_side_effect=plan_node.has_side_effect,
+            signing_required=plan_node.signing_required,
+        )
+        for plan_node in plan_nodes.values()
+    )
+
+
+def movement_create(
+    *,
+    template: str,
+    asset: str,
+    amount: Any,
+    source: str,
+    destination: str,
+    actor: Actor,
+    params: dict[str, Any] | None = None,
+    expires_in: timedelta | None = None,
+    idempotency_key: str | None = None,
+) -> MovementRequest:
+    """Receive a movement: RECEIVED -> VALIDATED -> PENDING_APPROVAL, or RECEIVED -> FAILED
+    with the reason recorded when the template, its params or the hardcap refuse it.
+
+    With an ``idempotency_key`` the same body returns the original movement (``replayed`` is
+    True on it) and a different body raises IdempotencyConflict.
+    """
+    amount = _parse_amount(amount)
+    errors = {}
+    for name, value in (("template", template), ("asset", asset), ("source", source),
+                        ("destination", destination)):
+        if not isinstance(value, str) or not value.strip():
+            errors[name] = ["required"]
+    if params is not None and not isinstance(params, dict):
+        errors["params"] = ["must be an object"]
+    if expires_in is not None and expires_in <= timedelta(0):
+        errors["expires_in"] = ["must be positive"]
+    if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
+        errors["idempotency_key"] = ["must be 1 to 255 characters"]
+    if errors:
+        raise InvalidInput("the movement request is invalid", details=errors)
+    asset = asset.strip().upper()
+    params = params or {}
+    created_by = actor.user
+    fingerprint = request_fingerprint(
+        template=template, asset=asset, amount=str(amount.normalize()), source=source,
+        destination=destination, params=params,
+        expires_in=expires_in.total_seconds() if expires_in else None,
+    )
+    if idempotency_key:
+        replay = _replay(
+            created_by=created_by, idempotency_key=idempotency_key, fingerprint=fingerprint
+        )
+        if replay is not None:
+            return replay
+    try:
+        with transaction.atomic():
+            request = _create(
+                template=template, asset=asset, amount=amount, source=source,
+                destination=destination, params=params, expires_in=expires_in,
+                idempotency_key=idempotency_key, fingerprint=fingerprint, actor=actor,
+            )
+    except IntegrityError:
+        # A concurrent create with the same key won the race: return it (or refuse).
+        replay = None
+        if idempotency_key:
+            replay = _replay(
+                created_by=created_by, idempotency_key=idempotency_key, fingerprint=fingerprint
+            )
+        if replay is None:
+            raise
+        return replay
+    request.replayed = False
+    return request
+
+
+def _create(*, template, asset, amount, source, destination, params, expires_in,
+            idempotency_key, fingerprint, actor) -> MovementRequest:
+    now = timezone.now()
+    request = MovementRequest.objects.create(
+        template_key=template,
+        asset=asset,
+        amount=amount,
+        source=source,
+        destination=destination,
+        params=params,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+        created_by=actor.user,
+        expires_at=now + (expires_in or settings.QTG_DEFAULT_APPROVAL_TTL),
+        created_at=now,
+        state_changed_at=now,
+    )
+    record_event(
+        request=request,
+        actor=actor,
+        kind=MovementEvent.Kind.CREATED,
+        new_state=RequestState.RECEIVED,
+        detail={"template": template, "asset": asset, "amount": str(amount),
+                "source": source, "destination": destination},
+    )
+    route_template = route_template_current(template)
+    try:
+        if route_template is None:
+            raise TemplateInvalid(f"unknown route template {template!r}")
+        plan = compile_plan(
+            route_template.definition, asset=asset, amount=amount, source=source,
+            destination=destination, params=params,
+        )
+    except TemplateInvalid as exc:
+        return _fail_validation(request, actor, str(exc))
+
+    request.template = route_template
+    request.template_version = route_template.version
+    request.params = plan.params
+    request.save(update_fields=["template", "template_version", "params", "updated_at"])
+    try:
+        reservation_hold(request=request, actor=actor)
+    except ReservationRefused as exc:
+        return _fail_validation(request, actor, str(exc))
+    _build_plan(request, plan)
+    set_request_state(request=request, new_state=RequestState.VALIDATED, actor=actor,
+                      detail={"plan": [node.key for node in plan.nodes]})
+    set_request_state(request=request, new_state=RequestState.PENDING_APPROVAL, actor=actor)
+    return request
+
+
+def _fail_validation(request: MovementRequest, actor: Actor, reason: str) -> MovementRequest:
+    request.failure_reason = reason
+    set_request_state(request=request, new_state=RequestState.FAILED, actor=actor,
+                      detail={"reason": reason}, update_fields=["failure_reason"], nodes=[])
+    return request
+
+
+def _cancel_waiting_nodes(
+    request: MovementRequest, nodes: list[MovementRequestNode], actor: Actor, reason: str
+) -> None:
+    for node in nodes:
+        if node.node_state in (NodeState.BLOCKED, NodeState.READY):
+            set_node_state(node=node, new_state=NodeState.CANCELLED, actor=actor,
+                           detail={"reason": reason})
+    request.current_frontier = compute_frontier(nodes)
+    request.save(update_fields=["current_frontier", "updated_at"])
+
+
+@transaction.atomic
+def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
+    """PENDING_APPROVAL -> APPROVED; the root nodes become READY. Nobody approves a movement
+    they created (four-eyes)."""
+    _authorize(actor, "approve_movement")
+    request = _lock_request(request)
+    if actor.user is not None and request.created_by_id == actor.user.pk:
+        raise NotPermitted("four-eyes: you cannot approve a movement you created")
+    _require_state(request, RequestState.PENDING_APPROVAL, action="approve")
+    if request.expires_at and request.expires_at <= timezone.now():
+        raise ActionRefused(
+            f"cannot approve: the approval window closed at {request.expires_at.isoformat()}",
+            details={"current_state": request.request_state,
+                     "expires_at": request.expires_at.isoformat()},
+        )
+    request.approved_by = actor.user
+    request.approved_at = timezone.now()
+    set_request_state(request=request, new_state=RequestState.APPROVED, actor=actor,
+                      update_fields=["approved_by", "approved_at"])
+    start_roots(request, actor=actor)
+    return request
+
+
+def _end_before_execution(request, *, new_state, actor, reason) -> MovementRequest:
+    request.failure_reason = reason
+    nodes = current_nodes(request, lock=True)
+    _cancel_waiting_nodes(request, nodes, actor, reason)
+    set_request_state(request=request, new_state=new_state, actor=actor, nodes=nodes,
+                      detail={"reason": reason}, update_fields=["failure_reason"])
+    return request
+
+
+@transaction.atomic
+def movement_reject(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+    """PENDING_APPROVAL -> REJECTED with a reason; the reservation is released."""
+    _authorize(actor, "reject_movement")
+    reason = _require_reason(reason, "reject")
+    request = _lock_request(request)
+    _require_state(request, RequestState.PENDING_APPROVAL, action="reject")
+    return _end_before_execution(request, new_state=RequestState.REJECTED, actor=actor,
+                                 reason=reason)
+
+
+@transaction.atomic
+def movement_expire(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
+    """PENDING_APPROVAL -> EXPIRED once ``expires_at`` has passed."""
+    request = _lock_request(request)
+    _require_state(request, RequestState.PENDING_APPROVAL, action="expire")
+    if request.expires_at is None or request.expires_at > timezone.now():
+        raise ActionRefused("cannot expire: the approval window is still open",
+                            details={"current_state": request.request_state})
+    return _end_before_execution(request, new_state=RequestState.EXPIRED, actor=actor,
+                                 reason=f"approval window closed at {request.expires_at.isoformat()}")
+
+
+def expire_overdue_approvals(*, actor: Actor, limit: int = 500) -> int:
+    """Expire every PENDING_APPROVAL request past its ``expires_at``; return how many."""
+    overdue = MovementRequest.objects.filter(
+        request_state=RequestState.PENDING_APPROVAL, expires_at__lte=timezone.now()
+    ).values_list("pk", flat=True)[:limit]
+    expired = 0
+    for pk in list(overdue):
+        try:
+            movement_expire(request=pk, actor=actor)
+            expired += 1
+        except (ActionRefused, NotFound):
+            continue  # approved, rejected or expired by someone else meanwhile
+    return expired
+
+
+@transaction.atomic
+def movement_cancel(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+    """EXECUTING/WAITING_MANUAL_ACTION -> CANCELLED; refused while any node is in flight
+    (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED."""
+    _authorize(actor, "cancel_movement")
+    reason = _require_reason(reason, "cancel")
+    request = _lock_request(request)
+    _require_state(request, RequestState.EXECUTING, RequestState.WAITING_MANUAL_ACTION,
+                   action="cancel")
+    nodes = current_nodes(request, lock=True)
+    in_flight = [n.node_key for n in nodes if n.node_state in IN_FLIGHT_NODE_STATES]
+    if in_flight:
+        raise ActionRefused(
+            f"cannot cancel while money may be in flight at {', '.join(in_flight)}",
+            details={"current_state": request.request_state, "in_flight_nodes": in_flight},
+        )
+    return _end_before_execution(request, new_state=RequestState.CANCELLED, actor=actor,
+                                 reason=reason)
+
+
+def _current_node(request: MovementRequest, node_key: str | None, *, lock: bool = True):
+    nodes = current_nodes(request, lock=lock)
+    return nodes, {n.node_key: n for n in nodes}.get(node_key) if node_key else None
+
+
+@transaction.atomic
+def manual_gate_resume(*, request: MovementRequest | Any, actor: Actor, node_key: str | None = None,
+                       note: str = "") -> MovementRequest:
+    """Release a READY manual gate: the gate completes and the frontier moves past it."""
+    _authorize(actor, "resume_manual_gate")
+    request = _lock_request(request)
+    _require_state(request, RequestState.WAITING_MANUAL_ACTION, RequestState.EXECUTING,
+                   action="resume a manual gate")
+    nodes = current_nodes(request, lock=True)
+    gates = [n for n in nodes if n.kind == NodeKind.MANUAL_GATE and n.node_state == NodeState.READY]
+    if node_key:
+        gates = [n for n in gates if n.node_key == node_key]
+    if not gates:
+        raise ActionRefused(
+            f"no manual gate {node_key or ''} is waiting".replace("  ", " "),
+            details={"current_state": request.request_state},
+        )
+    if len(gates) > 1:
+        raise InvalidInput("several manual gates are waiting: name one",
+                           details={"node_key": [g.node_key for g in gates]})
+    gate = gates[0]
+    detail = {"released_by": str(actor), "note": note}
+    if request.request_state == RequestState.WAITING_MANUAL_ACTION:
+        set_request_state(request=request, new_state=RequestState.EXECUTING, actor=actor,
+                          nodes=nodes, detail={"manual_gate": gate.node_key, "note": note})
+    set_node_state(node=gate, new_state=NodeState.OBSERVING, actor=actor, detail=detail)
+    set_node_state(node=gate, new_state=NodeState.COMPLETED, actor=actor, detail=detail)
+    advance_after_completion(request, gate, actor=actor, nodes=nodes)
+    return request
+
+
+UNKNOWN_OUTCOMES = (NodeState.SUBMITTED, NodeState.COMPLETED, NodeState.FAILED)
+
+
+@transaction.atomic
+def node_resolve_unknown(*, request: MovementRequest | Any, node_key: str, outcome: str,
+                         evidence: Any, actor: Actor) -> MovementRequest:
+    """An operator reconciles an UNKNOWN node by hand: SUBMITTED, COMPLETED or FAILED, with the
+    evidence that says so."""
+    _authorize(actor, "resolve_unknown_node")
+    if outcome not in UNKNOWN_OUTCOMES:
+        raise InvalidInput("outcome must be SUBMITTED, COMPLETED or FAILED",
+                           details={"outcome": [f"not one of {', '.join(UNKNOWN_OUTCOMES)}"]})
+    if not evidence or (isinstance(evidence, str) and not evidence.strip()):
+        raise InvalidInput("evidence is required to resolve an UNKNOWN node",
+                           details={"evidence": ["required"]})
+    request = _lock_request(request)
+    nodes, node = _current_node(request, node_key)
+    if node is None:
+        raise NotFound(f"movement has no node {node_key!r}")
+    if node.node_state != NodeState.UNKNOWN:
+        raise ActionRefused(f"node {node_key} is {node.node_state}, not UNKNOWN",
+                            details={"current_state": node.node_state})
+    node.lease_owner, node.lease_expires_at = "", None
+    set_node_state(node=node, new_state=outcome, actor=actor,
+                   detail={"resolution": "manual", "evidence": evidence},
+                   update_fields=["lease_owner", "lease_expires_at"])
+    if outcome == NodeState.COMPLETED:
+        advance_after_completion(request, node, actor=actor, nodes=nodes)
+    else:
+        apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+    return request
+
+
+def _require_intervention(request: MovementRequest, action: str) -> None:
+    _require_state(request, RequestState.MANUAL_INTERVENTION, action=action)
+
+
+@transaction.atomic
+def intervention_resume(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+    """MANUAL_INTERVENTION -> EXECUTING once no node is FAILED or UNKNOWN; the frontier is
+    re-examined so nodes whose predecessors are done wake up."""
+    _authorize(actor, "resume_intervention")
+    reason = _require_reason(reason, "resume")
+    request = _lock_request(request)
+    _require_intervention(request, "resume")
+    nodes = current_nodes(request, lock=True)
+    stuck = [n.node_key for n in nodes if n.node_state in (NodeState.FAILED, NodeState.UNKNOWN)]
+    if stuck:
+        raise ActionRefused(
+            f"cannot resume while {', '.join(stuck)} is FAILED or UNKNOWN: retry or resolve it",
+            details={"current_state": request.request_state, "nodes": stuck},
+        )
+    set_request_state(request=request, new_state=RequestState.EXECUTING, actor=actor,
+                      nodes=nodes, detail={"reason": reason})
+    refresh_frontier(request, actor=actor)
+    return request
+
+
+@transaction.atomic
+def intervention_retry(*, request: MovementRequest | Any, node_key: str, actor: Actor,
+                       reason: str) -> MovementRequest:
+    """A new attempt of a FAILED node. The failed attempt keeps its history and no longer
+    counts in derivation; the request goes back to EXECUTING once nothing else is stuck."""
+    _authorize(actor, "retry_node")
+    reason = _require_reason(reason, "retry")
+    request = _lock_request(request)
+    _require_intervention(request, "retry")
+    nodes, failed = _current_node(request, node_key)
+    if failed is None:
+        raise NotFound(f"movement has no node {node_key!r}")
+    if failed.node_state != NodeState.FAILED:
+        raise ActionRefused(f"only a FAILED node can be retried; {node_key} is {failed.node_state}",
+                            details={"current_state": failed.node_state})
+    failed.is_current = False
+    failed.save(update_fields=["is_current", "updated_at"])
+    attempt = MovementRequestNode.objects.create(
+        request=request,
+        plan_node=failed.plan_node,
+        node_key=failed.node_key,
+        kind=failed.kind,
+        executor=failed.executor,
+        has_side_effect=failed.has_side_effect,
+        signing_required=failed.signing_required,
+        attempt=failed.attempt + 1,
+    )
+    record_event(request=request, node=failed, actor=actor,
+                 detail={"superseded_by_attempt": attempt.attempt, "reason": reason})
+    set_node_state(node=attempt, new_state=NodeState.READY, actor=actor,
+                   detail={"retry_of_attempt": failed.attempt, "reason": reason})
+    nodes = [attempt if n.pk == failed.pk else n for n in nodes]
+    request.current_frontier = compute_frontier(nodes)
+    request.save(update_fields=["current_frontier", "updated_at"])
+    apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
+    return request
+
+
+def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: Actor, reason: str):
+    nodes = current_nodes(request, lock=True)
+    running = [n.node_key for n in nodes if n.node_state in RUNNING_NODE_STATES]
+    if running:
+        raise ActionRefused(
+            f"cannot force while {', '.join(running)} is still running",
+            details={"current_state": request.request_state, "running_nodes": running},
+        )
+    request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
+    _cancel_waiting_nodes(request, nodes, actor, reason)
+    set_request_state(request=request, new_state=new_state, actor=actor, nodes=nodes,
+                      detail={"reason": reason, "forced": True}, update_fields=["failure_reason"])
+    return request
+
+
+@transaction.atomic
+def intervention_force_complete(*, request: MovementRequest | Any, actor: Actor,
+                                reason: str) -> MovementRequest:
+    """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed."""
+    _authorize(actor, "force_complete_movement")
+    reason = _require_reason(reason, "force-complete")
+    request = _lock_request(request)
+    _require_intervention(request, "force-complete")
+    return _force_finish(request, new_state=RequestState.COMPLETED, actor=actor, reason=reason)
+
+
+@transaction.atomic
+def intervention_force_fail(*, request: MovementRequest | Any, actor: Actor,
+                            reason: str) -> MovementRequest:
+    """MANUAL_INTERVENTION -> FAILED on an operator's word; the reservation stays held when a
+    side effect completed (an operator settles it)."""
+    _authorize(actor, "force_fail_movement")
+    reason = _require_reason(reason, "force-fail")
+    request = _lock_request(request)
+    _require_intervention(request, "force-fail")
+    return _force_finish(request, new_state=RequestState.FAILED, actor=actor, reason=reason)

@@ -1,0 +1,186 @@
+"""Frontier advancement and the request state derived from node states (signals-free)."""
+
+from typing import Any
+
+from callbacks.services import callback_enqueue
+from movements.actors import Actor
+from movements.compiler import condition_holds, request_context
+from movements.models import MovementRequest, MovementRequestNode
+from movements.selectors import current_nodes, predecessor_map, successor_keys
+from movements.services.derivation import derive_request_state
+from movements.services.state import set_node_state, set_request_state
+from movements.states import (
+    DONE_NODE_STATES,
+    RUNNING_NODE_STATES,
+    NodeState,
+    RequestState,
+    can_transition_request_state,
+)
+
+
+def compute_frontier(nodes: list[Any]) -> list[str]:
+    """Keys of the nodes that are READY or running: where the movement is now."""
+    return [
+        node.node_key
+        for node in nodes
+        if node.node_state == NodeState.READY or node.node_state in RUNNING_NODE_STATES
+    ]
+
+
+def _path_to(current: RequestState, target: RequestState) -> list[RequestState] | None:
+    """The legal path from ``current`` to ``target``: direct, or through EXECUTING (a request
+    that is APPROVED or waiting at a gate passes through EXECUTING on its way elsewhere)."""
+    if can_transition_request_state(current, target):
+        return [target]
+    if can_transition_request_state(current, RequestState.EXECUTING) and (
+        can_transition_request_state(RequestState.EXECUTING, target)
+    ):
+        return [RequestState.EXECUTING, target]
+    return None
+
+
+def apply_request_state_from_nodes(
+    request: MovementRequest,
+    *,
+    actor: Actor,
+    nodes: list[MovementRequestNode] | None = None,
+    detail: dict[str, Any] | None = None,
+) -> RequestState | None:
+    """Write the derived request state when the transition is legal; return the new state.
+
+    The post-transition table (reservation, callback, frontier) runs inside
+    ``set_request_state``. A request in MANUAL_INTERVENTION whose FAILED/UNKNOWN nodes are all
+    resolved goes back to EXECUTING (or on to COMPLETED). The caller holds the request lock.
+    """
+    if nodes is None:
+        nodes = current_nodes(request)
+    derived = derive_request_state(nodes)
+    current = RequestState(request.request_state)
+
+    if current == RequestState.MANUAL_INTERVENTION:
+        unresolved = any(n.node_state in (NodeState.FAILED, NodeState.UNKNOWN) for n in nodes)
+        if unresolved or derived == RequestState.FAILED:
+            return None
+        if derived is None:
+            derived = RequestState.EXECUTING
+
+    if derived is None or derived == current:
+        return None
+    path = _path_to(current, derived)
+    if path is None:
+        return None
+    for target in path:
+        set_request_state(
+            request=request,
+            new_state=target,
+            actor=actor,
+            nodes=nodes,
+            detail={"derived_from_nodes": True, **(detail or {})},
+        )
+    return derived
+
+
+def _wake(
+    request: MovementRequest,
+    candidates: list[str],
+    by_key: dict[str, MovementRequestNode],
+    preds: dict[str, list[str]],
+    actor: Actor,
+    context: dict[str, Any],
+) -> list[str]:
+    """BLOCKED candidates whose predecessors are all COMPLETED/SKIPPED become READY, or SKIPPED
+    when their condition does not hold (and then their own successors are considered)."""
+    woken: list[str] = []
+    queue = list(candidates)
+    while queue:
+        key = queue.pop(0)
+        node = by_key.get(key)
+        if node is None or node.node_state != NodeState.BLOCKED:
+            continue
+        if not all(by_key[p].node_state in DONE_NODE_STATES for p in preds.get(key, [])):
+            continue
+        condition = node.plan_node.condition
+        if condition_holds(condition, context):
+            set_node_state(node=node, new_state=NodeState.READY, actor=actor)
+        else:
+            set_node_state(
+                node=node,
+                new_state=NodeState.SKIPPED,
+                actor=actor,
+                detail={"reason": "condition not met", "condition": condition},
+            )
+            queue.extend(successor_keys(request, key))
+        woken.append(key)
+    return woken
+
+
+def _context(request: MovementRequest) -> dict[str, Any]:
+    return request_context(
+        asset=request.asset,
+        amount=request.amount,
+        source=request.source,
+        destination=request.destination,
+        params=request.params,
+    )
+
+
+def _advance(
+    request: MovementRequest,
+    candidates: list[str],
+    nodes: list[MovementRequestNode],
+    actor: Actor,
+    cause: dict[str, Any],
+) -> None:
+    by_key = {node.node_key: node for node in nodes}
+    woken = _wake(request, candidates, by_key, predecessor_map(request), actor, _context(request))
+    frontier = compute_frontier(nodes)
+    if frontier != request.current_frontier:
+        request.current_frontier = frontier
+        request.save(update_fields=["current_frontier", "updated_at"])
+    if woken:
+        callback_enqueue(
+            request=request,
+            event_type="frontier_advanced",
+            data={"woken": woken, "frontier": frontier, **cause},
+        )
+    apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+
+
+def start_roots(request: MovementRequest, *, actor: Actor) -> None:
+    """Wake the nodes with no predecessors (on approval)."""
+    nodes = current_nodes(request, lock=True)
+    preds = predecessor_map(request)
+    roots = [node.node_key for node in nodes if not preds.get(node.node_key)]
+    _advance(request, roots, nodes, actor, {"cause": "approved"})
+
+
+def advance_after_completion(
+    request: MovementRequest,
+    completed_node: MovementRequestNode,
+    *,
+    actor: Actor,
+    nodes: list[MovementRequestNode] | None = None,
+) -> None:
+    """After a node completes: wake its successors along on_success edges (a join waits for all
+    its predecessors), update ``current_frontier``, send ``frontier_advanced``, and derive the
+    request state. The caller holds the request lock."""
+    if nodes is None:
+        nodes = current_nodes(request, lock=True)
+    # The caller's instance of the completed node is the freshest one.
+    nodes = [completed_node if n.pk == completed_node.pk else n for n in nodes]
+    successors = successor_keys(request, completed_node.node_key)
+    if not successors:
+        frontier = compute_frontier(nodes)
+        if frontier != request.current_frontier:
+            request.current_frontier = frontier
+            request.save(update_fields=["current_frontier", "updated_at"])
+        apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+        return
+    _advance(request, successors, nodes, actor, {"completed_node": completed_node.node_key})
+
+
+def refresh_frontier(request: MovementRequest, *, actor: Actor) -> None:
+    """Re-examine every BLOCKED node whose predecessors are done (used after a repair)."""
+    nodes = current_nodes(request, lock=True)
+    blocked = [node.node_key for node in nodes if node.node_state == NodeState.BLOCKED]
+    _advance(request, blocked, nodes, actor, {"cause": "refresh"})

@@ -1,0 +1,178 @@
+"""QTG settings, read from the environment with embedded defaults.
+
+With no environment at all the product runs on SQLite (WAL) and an embedded Celery broker,
+so one command starts everything on a machine with only Python. ``DATABASE_URL`` switches to
+PostgreSQL and ``CELERY_BROKER_URL`` to Redis or RabbitMQ.
+"""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("QTG_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+# "embedded" is the one-command default; "production" turns off everything demo-only.
+QTG_PROFILE = os.environ.get("QTG_PROFILE", "embedded")
+EMBEDDED = QTG_PROFILE != "production"
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "qtg-embedded-insecure-key" if EMBEDDED else "")
+if not SECRET_KEY:
+    raise RuntimeError("DJANGO_SECRET_KEY must be set in production")
+DEBUG = env_bool("DJANGO_DEBUG", EMBEDDED)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_fsm",
+    "movements",
+    "reservations",
+    "callbacks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "qtg.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "qtg.wsgi.application"
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("QTG_SQLITE_PATH", str(VAR_DIR / "qtg.sqlite3")),
+            "OPTIONS": {
+                # WAL lets the web, worker and beat processes read while one writes;
+                # IMMEDIATE takes the write lock up front so two writers queue instead of
+                # deadlocking on a lock upgrade.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+            "TEST": {"NAME": os.environ.get("QTG_SQLITE_TEST_PATH", str(VAR_DIR / "test.sqlite3"))},
+        }
+    }
+DB_IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGIN_URL = "admin:login"
+
+# --- Movements -------------------------------------------------------------------------------
+QTG_ROUTE_TEMPLATE_DIR = BASE_DIR / "movements" / "route_templates"
+# Approval window given to a movement that does not ask for its own.
+QTG_DEFAULT_APPROVAL_TTL = timedelta(
+    seconds=int(os.environ.get("QTG_DEFAULT_APPROVAL_TTL_SECONDS", 24 * 3600))
+)
+
+# --- REST API --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "QTG API",
+    "DESCRIPTION": "Move crypto funds between venues without losing track of money in flight.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ----------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    _BROKER_DIR = VAR_DIR / "broker"
+    for _sub in ("queue", "processed"):
+        (_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_BROKER_DIR / "queue"),
+        "data_folder_out": str(_BROKER_DIR / "queue"),
+        "processed_folder": str(_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Sandbox venues and callbacks ------------------------------------------------------------
+# Simulated exchange and chain: on for the embedded demo and tests, never in production.
+QTG_SANDBOX_ENABLED = env_bool("QTG_SANDBOX_ENABLED", EMBEDDED)
+# Webhook targets on private/loopback addresses are refused unless this is on.
+QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = env_bool("QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS", EMBEDDED)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("QTG_LOG_LEVEL", "INFO")},
+}
