@@ -1,0 +1,3 @@
+from qtg.celery import app as celery_app
+
+__all__ = ["celery_app"]
