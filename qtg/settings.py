@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "movements",
     "reservations",
     "callbacks",
+    "sandbox",
 ]
 
 MIDDLEWARE = [
@@ -174,9 +175,21 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},
 }
 
+# --- Execution (movements/services/execution.py) ---------------------------------------------
+# A claimed node's lease; a worker that dies loses its nodes to the reaper after this long.
+QTG_LEASE_SECONDS = float(os.environ.get("QTG_LEASE_SECONDS", "60"))
+QTG_OBSERVE_POLL_SECONDS = float(os.environ.get("QTG_OBSERVE_POLL_SECONDS", QTG_TICK_SECONDS))
+QTG_RETRY_BASE_SECONDS = float(os.environ.get("QTG_RETRY_BASE_SECONDS", "2"))
+QTG_RETRY_MAX_SECONDS = float(os.environ.get("QTG_RETRY_MAX_SECONDS", "300"))
+QTG_MAX_DISPATCHES = int(os.environ.get("QTG_MAX_DISPATCHES", "10"))
+QTG_DISPATCH_BATCH = int(os.environ.get("QTG_DISPATCH_BATCH", "50"))
+QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
+
 # --- Sandbox venues and callbacks ------------------------------------------------------------
 # Simulated exchange and chain: on for the embedded demo and tests, never in production.
 QTG_SANDBOX_ENABLED = env_bool("QTG_SANDBOX_ENABLED", EMBEDDED)
+# Multiplies the simulated chains' block intervals (tests run the chains faster).
+QTG_SANDBOX_TIME_SCALE = float(os.environ.get("QTG_SANDBOX_TIME_SCALE", "1"))
 # Webhook targets on private/loopback addresses are refused unless this is on.
 QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = env_bool("QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS", EMBEDDED)
 

@@ -1,7 +1,170 @@
-"""The executor interface. Executors talk to venues and return results; they never write state."""
+"""The executor interface. Executors talk to venues and return results; they never write state.
+
+The worker (``movements.services.execution``) calls them outside any database transaction and
+maps what they return or raise onto node transitions:
+
+- ``prepare`` (preflight) -> ``Prepared``; ``sign`` -> ``Signed`` (only when the node has
+  ``signing_required``); ``submit`` -> ``Submitted``; ``observe`` -> ``Observation``;
+  ``recover`` -> ``Recovery``.
+- ``DeterministicError``: the venue said no and will keep saying no -> FAILED.
+- ``TransientError``: nothing happened and trying again later may work -> back to READY with
+  backoff when raised before submit; the observation is simply retried later when raised by
+  ``observe``/``recover``.
+- ``AmbiguousError`` (and any unexpected exception during or after submit): we cannot tell
+  whether money moved -> UNKNOWN, reconciled by ``recover`` and never re-submitted blindly.
+"""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+
+class ExecutorError(Exception):
+    """Base of the error taxonomy; ``evidence`` is recorded on the node's audit event."""
+
+    def __init__(self, message: str, *, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.evidence = evidence or {}
+
+
+class DeterministicError(ExecutorError):
+    """The venue refused for good (bad address, insufficient funds, rejected): FAILED."""
+
+
+class TransientError(ExecutorError):
+    """Nothing happened and a later attempt may succeed (rate limit, venue down)."""
+
+
+class AmbiguousError(ExecutorError):
+    """The side effect may or may not have happened (timeout, lost response): UNKNOWN."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What an executor may know about another node of the same request."""
+
+    executor: str
+    state: str
+    external_ref: str
+    result: dict[str, Any]
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExecutionContext:
+    """Everything an executor needs about one node attempt, as plain values (no ORM rows)."""
+
+    request_id: str
+    node_id: int
+    node_key: str
+    attempt: int
+    asset: str
+    amount: Decimal
+    source: str
+    destination: str
+    config: dict[str, Any]
+    params: dict[str, Any]
+    idempotency_key: str = ""
+    signed_payload: str = ""
+    external_ref: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    upstream: dict[str, Upstream] = field(default_factory=dict)
+
+    @property
+    def fault(self) -> str:
+        """The sandbox fault injected for this node (``params["sandbox"][node_key]``), if any."""
+        faults = self.params.get("sandbox") or {}
+        value = faults.get(self.node_key, "") if isinstance(faults, dict) else ""
+        return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Signed:
+    payload: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The venue accepted the side effect. ``done`` means a sync-terminal submit (COMPLETED);
+    otherwise the node is SUBMITTED and observed."""
+
+    external_ref: str
+    done: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class ObservedStatus(StrEnum):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    # The observed transaction left the canonical chain: recorded with evidence, then UNKNOWN.
+    REORG = "REORG"
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: ObservedStatus
+    external_ref: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class RecoveredOutcome(StrEnum):
+    SUBMITTED = "SUBMITTED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    # The venue cannot answer yet: stay UNKNOWN and ask again later.
+    UNRESOLVED = "UNRESOLVED"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    outcome: RecoveredOutcome
+    external_ref: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class Executor:
-    """Base class for executors; the worker maps their results and errors to node transitions."""
+    """Base class for executors; the worker maps their results and errors to node transitions.
+
+    Subclasses override what their node kind needs: an ACTION node runs ``prepare``,
+    ``sign`` (when signing is required), ``submit`` and then ``observe`` if the submit was not
+    terminal; an OBSERVE node runs ``observe`` only; an UNKNOWN node runs ``recover``.
+    """
 
     name: str = ""
+    # How long to wait between two observations of a pending node, in seconds.
+    poll_seconds: float | None = None
+    # Whether the context must carry the other nodes of the request (one query less if not).
+    needs_upstream: bool = True
+
+    def prepare(self, ctx: ExecutionContext) -> Prepared:
+        return Prepared()
+
+    def sign(self, ctx: ExecutionContext) -> Signed:
+        raise DeterministicError(f"executor {self.name} cannot sign")
+
+    def submit(self, ctx: ExecutionContext) -> Submitted:
+        raise DeterministicError(f"executor {self.name} has nothing to submit")
+
+    def observe(self, ctx: ExecutionContext) -> Observation:
+        raise DeterministicError(f"executor {self.name} cannot observe")
+
+    def recover(self, ctx: ExecutionContext) -> Recovery:
+        """Reconcile an UNKNOWN node by asking the venue about the idempotency key / tx hash.
+        The default suits read-only executors: observe again."""
+        observation = self.observe(ctx)
+        outcome = {
+            ObservedStatus.COMPLETED: RecoveredOutcome.COMPLETED,
+            ObservedStatus.FAILED: RecoveredOutcome.FAILED,
+            ObservedStatus.PENDING: RecoveredOutcome.SUBMITTED,
+        }.get(observation.status, RecoveredOutcome.UNRESOLVED)
+        return Recovery(outcome, observation.external_ref, observation.detail)

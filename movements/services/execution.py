@@ -1,0 +1,670 @@
+"""The worker services: claim a node, call its executor outside any transaction, and map what
+the executor returned or raised onto the spec's node transitions.
+
+Each step is three short pieces:
+
+1. a claim transaction: lock one due node together with its request, in the same statement,
+   with ``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL (a worker never waits for a lock it
+   does not hold yet), give the node a lease and move it (READY -> PREPARING/OBSERVING);
+2. the executor call, with no transaction open and no lock held;
+3. a result transaction that re-locks the request and then the node (the house lock order)
+   and applies the result only if the lease is still ours. A result that arrives after the
+   lease was reaped is recorded as evidence and otherwise ignored: recovery owns the node.
+
+Exactly once: the idempotency key of an attempt is persisted when the node is claimed, before
+anything is submitted, and sent to the venue; a signed payload is persisted in the same
+transaction that moves the node to SUBMITTING, and is re-used (never re-signed) by any later
+attempt or recovery. A node whose worker died in SUBMITTING becomes UNKNOWN when its lease
+expires and is reconciled through ``recover``, never submitted again.
+
+On SQLite (embedded) there are no row locks: transactions are IMMEDIATE, so writers queue.
+"""
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from movements.actors import Actor
+from movements.executors import get_executor
+from movements.executors.base import (
+    AmbiguousError,
+    DeterministicError,
+    ExecutionContext,
+    Executor,
+    Observation,
+    ObservedStatus,
+    RecoveredOutcome,
+    Recovery,
+    Submitted,
+    TransientError,
+    Upstream,
+)
+from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements.services.progress import advance_after_completion, apply_request_state_from_nodes
+from movements.services.state import record_event, set_node_state, set_request_state
+from movements.states import NodeState, RequestState
+
+logger = logging.getLogger(__name__)
+
+NS = NodeState
+RS = RequestState
+
+# READY nodes are dispatched only for these requests (never before approval, never after).
+DISPATCH_REQUEST_STATES = (RS.APPROVED, RS.EXECUTING)
+# Observation and recovery continue while money may be in flight, including in
+# MANUAL_INTERVENTION: nothing with money in flight is auto-terminalized.
+WATCH_REQUEST_STATES = (RS.EXECUTING, RS.WAITING_MANUAL_ACTION, RS.MANUAL_INTERVENTION)
+
+LEASE_FIELDS = ["lease_owner", "lease_expires_at", "heartbeat_at"]
+
+
+def worker_identity() -> str:
+    """host:pid:random, unique per process (and per fork)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _actor(owner: str) -> Actor:
+    return Actor.system(f"worker:{owner}"[:128])
+
+
+def _lease_until() -> Any:
+    return timezone.now() + timedelta(seconds=settings.QTG_LEASE_SECONDS)
+
+
+def _backoff(count: int) -> timedelta:
+    seconds = settings.QTG_RETRY_BASE_SECONDS * (2 ** max(0, count - 1))
+    return timedelta(seconds=min(seconds, settings.QTG_RETRY_MAX_SECONDS))
+
+
+def _poll_after(executor: Executor) -> Any:
+    seconds = executor.poll_seconds or settings.QTG_OBSERVE_POLL_SECONDS
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def attempt_idempotency_key(node: MovementRequestNode) -> str:
+    """One key per side-effecting attempt (a retried node is a new attempt, a new key)."""
+    return f"qtg-{node.request_id}-{node.node_key}-{node.attempt}"
+
+
+@dataclass
+class Claim:
+    """A node this worker holds the lease of, with what the executor needs to know."""
+
+    node_id: int
+    request_id: Any
+    owner: str
+    state: NodeState
+    kind: str
+    signing_required: bool
+    executor: Executor
+    context: ExecutionContext
+
+
+# --- claiming ---------------------------------------------------------------------------------
+
+
+def _due(now: Any) -> Q:
+    return Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
+
+
+def _lease_free(now: Any) -> Q:
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
+
+
+def _claimable(states: tuple, request_states: tuple, now: Any):
+    return (
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=states, request__request_state__in=request_states)
+        .filter(_due(now), _lease_free(now))
+        .exclude(kind=NodeKind.MANUAL_GATE)
+        .select_related("request", "plan_node")
+        # The request row is locked in the same statement as the node, and skipped if anyone
+        # holds either: a worker holding a node lock never waits for its request's lock.
+        .select_for_update(skip_locked=True, of=("self", "request"))
+        .order_by("next_attempt_at", "id")
+    )
+
+
+def _context(node: MovementRequestNode, executor: Executor) -> ExecutionContext:
+    request = node.request
+    upstream: dict[str, Upstream] = {}
+    if executor.needs_upstream:
+        for other in (
+            MovementRequestNode.objects.current()
+            .filter(request_id=node.request_id)
+            .exclude(pk=node.pk)
+            .select_related("plan_node")
+        ):
+            upstream[other.node_key] = Upstream(
+                executor=other.executor,
+                state=other.node_state,
+                external_ref=other.external_ref,
+                result=dict(other.result or {}),
+                config=dict(other.plan_node.config or {}),
+            )
+    return ExecutionContext(
+        request_id=str(request.pk),
+        node_id=node.pk,
+        node_key=node.node_key,
+        attempt=node.attempt,
+        asset=request.asset,
+        amount=request.amount,
+        source=request.source,
+        destination=request.destination,
+        config=dict(node.plan_node.config or {}),
+        params=dict(request.params or {}),
+        idempotency_key=node.idempotency_key,
+        signed_payload=node.signed_payload,
+        external_ref=node.external_ref,
+        result=dict(node.result or {}),
+        upstream=upstream,
+    )
+
+
+def _take_lease(node: MovementRequestNode, owner: str) -> None:
+    now = timezone.now()
+    node.lease_owner = owner
+    node.lease_expires_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS)
+    node.heartbeat_at = now
+
+
+def _make_claim(node: MovementRequestNode, owner: str) -> Claim:
+    executor = get_executor(node.executor)
+    return Claim(
+        node_id=node.pk,
+        request_id=node.request_id,
+        owner=owner,
+        state=NodeState(node.node_state),
+        kind=node.kind,
+        signing_required=node.signing_required,
+        executor=executor,
+        context=_context(node, executor),
+    )
+
+
+@transaction.atomic
+def claim_ready_node(*, owner: str) -> Claim | None:
+    """Claim the next due READY node of an APPROVED/EXECUTING request: READY -> PREPARING for
+    an action, READY -> OBSERVING for an observe node. The first dispatch of a request moves
+    it APPROVED -> EXECUTING. Manual gates are never dispatched (an operator releases them)."""
+    node = _claimable((NS.READY,), DISPATCH_REQUEST_STATES, timezone.now()).first()
+    if node is None:
+        return None
+    actor = _actor(owner)
+    request = node.request
+    if request.request_state == RS.APPROVED:
+        set_request_state(request=request, new_state=RS.EXECUTING, actor=actor, nodes=[],
+                          detail={"first_dispatch": node.node_key})
+    _take_lease(node, owner)
+    node.dispatch_count += 1
+    node.next_attempt_at = None
+    fields = [*LEASE_FIELDS, "dispatch_count", "next_attempt_at"]
+    if node.kind == NodeKind.ACTION and not node.idempotency_key:
+        # Persisted before anything is submitted, and sent to the venue with the submit.
+        node.idempotency_key = attempt_idempotency_key(node)
+        fields.append("idempotency_key")
+    target = NS.OBSERVING if node.kind == NodeKind.OBSERVE else NS.PREPARING
+    set_node_state(node=node, new_state=target, actor=actor, update_fields=fields,
+                   detail={"worker": owner, "dispatch": node.dispatch_count})
+    return _make_claim(node, owner)
+
+
+@transaction.atomic
+def _claim_watched(*, owner: str, states: tuple) -> Claim | None:
+    node = _claimable(states, WATCH_REQUEST_STATES, timezone.now()).first()
+    if node is None:
+        return None
+    _take_lease(node, owner)
+    node.save(update_fields=[*LEASE_FIELDS, "updated_at"])
+    return _make_claim(node, owner)
+
+
+def claim_observable_node(*, owner: str) -> Claim | None:
+    """Lease the next due SUBMITTED/OBSERVING node (no state change: the observer does not
+    pre-flip SUBMITTED rows, so SUBMITTED -> UNKNOWN stays a real edge)."""
+    return _claim_watched(owner=owner, states=(NS.SUBMITTED, NS.OBSERVING))
+
+
+def claim_unknown_node(*, owner: str) -> Claim | None:
+    """Lease the next due UNKNOWN node for recovery."""
+    return _claim_watched(owner=owner, states=(NS.UNKNOWN,))
+
+
+# --- result transactions ----------------------------------------------------------------------
+
+
+class LeaseLost(Exception):
+    """The node is no longer ours (reaped, or moved by someone else): drop the result."""
+
+
+def _relock(claim: Claim, expected: tuple) -> tuple[MovementRequest, MovementRequestNode]:
+    """Lock the request, then the node (house order), and check the lease is still ours."""
+    request = MovementRequest.objects.select_for_update().get(pk=claim.request_id)
+    node = (
+        MovementRequestNode.objects.select_for_update(of=("self",))
+        .select_related("plan_node")
+        .get(pk=claim.node_id)
+    )
+    node.request = request
+    if node.lease_owner != claim.owner or node.node_state not in expected:
+        raise LeaseLost(f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r}")
+    return request, node
+
+
+def _late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
+    """Keep the evidence of a result that came too late to be applied."""
+    with transaction.atomic():
+        request = MovementRequest.objects.select_for_update().get(pk=claim.request_id)
+        node = MovementRequestNode.objects.get(pk=claim.node_id)
+        node.request = request
+        record_event(request=request, node=node, actor=_actor(claim.owner),
+                     detail={"late_result": phase, "outcome": outcome, "reason": reason})
+    logger.warning("late %s result for node %s dropped: %s", phase, claim.node_id, reason)
+
+
+def _release_lease(node: MovementRequestNode) -> list[str]:
+    node.lease_owner = ""
+    node.lease_expires_at = None
+    return ["lease_owner", "lease_expires_at"]
+
+
+def _error_detail(exc: BaseException) -> dict[str, Any]:
+    detail: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
+    evidence = getattr(exc, "evidence", None)
+    if evidence:
+        detail["evidence"] = evidence
+    return detail
+
+
+def _finish(request: MovementRequest, node: MovementRequestNode, actor: Actor) -> None:
+    """After a terminal-ish transition: advance on COMPLETED, derive the request otherwise."""
+    if node.node_state == NS.COMPLETED:
+        advance_after_completion(request, node, actor=actor)
+    else:
+        apply_request_state_from_nodes(request, actor=actor)
+
+
+def _move(node: MovementRequestNode, target: NodeState, actor: Actor, *,
+          detail: dict[str, Any] | None = None, fields: list[str] | None = None) -> None:
+    set_node_state(node=node, new_state=target, actor=actor, detail=detail,
+                   update_fields=fields or [])
+
+
+def _fail_or_retry_before_submit(claim: Claim, exc: BaseException, phase: str,
+                                 expected: tuple) -> None:
+    """Deterministic -> FAILED; anything else before submit -> READY with backoff (or FAILED
+    once the dispatch budget is spent)."""
+    actor = _actor(claim.owner)
+    try:
+        with transaction.atomic():
+            request, node = _relock(claim, expected)
+            detail = {"phase": phase, **_error_detail(exc)}
+            node.last_error = detail["error"][:2000]
+            fields = [*_release_lease(node), "last_error"]
+            give_up = node.dispatch_count >= settings.QTG_MAX_DISPATCHES
+            if isinstance(exc, DeterministicError) or give_up:
+                if give_up and not isinstance(exc, DeterministicError):
+                    detail["gave_up_after_dispatches"] = node.dispatch_count
+                _move(node, NS.FAILED, actor, detail=detail, fields=fields)
+                _finish(request, node, actor)
+            else:
+                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
+                detail["retry_at"] = node.next_attempt_at.isoformat()
+                _move(node, NS.READY, actor, detail=detail, fields=[*fields, "next_attempt_at"])
+    except LeaseLost as lost:
+        _late_result(claim, phase, _error_detail(exc), str(lost))
+
+
+def _merge_result(node: MovementRequestNode, detail: dict[str, Any]) -> None:
+    if detail:
+        node.result = {**(node.result or {}), **detail}
+
+
+def run_action(claim: Claim) -> NodeState | None:
+    """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
+    READY with backoff, UNKNOWN), one executor call at a time, none inside a transaction."""
+    executor, ctx, actor = claim.executor, claim.context, _actor(claim.owner)
+    try:
+        prepared = executor.prepare(ctx)
+    except Exception as exc:
+        _fail_or_retry_before_submit(claim, exc, "prepare", (NS.PREPARING,))
+        return None
+
+    signed_payload = ctx.signed_payload
+    if claim.signing_required and not signed_payload:
+        try:
+            with transaction.atomic():
+                _, node = _relock(claim, (NS.PREPARING,))
+                _merge_result(node, prepared.detail)
+                node.lease_expires_at = _lease_until()
+                _move(node, NS.AWAITING_SIGNATURE, actor, detail=prepared.detail,
+                      fields=["result", "lease_expires_at"])
+        except LeaseLost as lost:
+            _late_result(claim, "prepare", {"prepared": prepared.detail}, str(lost))
+            return None
+        try:
+            signed = executor.sign(ctx)
+        except Exception as exc:
+            _fail_or_retry_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,))
+            return None
+        signed_payload, expected, detail = signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail
+    else:
+        expected, detail = (NS.PREPARING,), dict(prepared.detail)
+        if signed_payload:
+            detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
+
+    # The signed bytes and the idempotency key are durable before anything leaves.
+    try:
+        with transaction.atomic():
+            _, node = _relock(claim, expected)
+            node.signed_payload = signed_payload
+            node.lease_expires_at = _lease_until()
+            _merge_result(node, detail)
+            _move(node, NS.SUBMITTING, actor,
+                  detail={**detail, "idempotency_key": node.idempotency_key},
+                  fields=["signed_payload", "lease_expires_at", "result"])
+    except LeaseLost as lost:
+        _late_result(claim, "sign", {"signed": bool(signed_payload)}, str(lost))
+        return None
+
+    ctx = replace(ctx, signed_payload=signed_payload)
+    try:
+        submitted: Submitted | None = executor.submit(ctx)
+        error: BaseException | None = None
+    except Exception as exc:
+        submitted, error = None, exc
+    return _apply_submit(claim, submitted, error)
+
+
+def _apply_submit(claim: Claim, submitted: Submitted | None,
+                  error: BaseException | None) -> NodeState | None:
+    actor = _actor(claim.owner)
+    try:
+        with transaction.atomic():
+            request, node = _relock(claim, (NS.SUBMITTING,))
+            fields = _release_lease(node)
+            if submitted is not None:
+                node.external_ref = submitted.external_ref
+                _merge_result(node, submitted.detail)
+                target = NS.COMPLETED if submitted.done else NS.SUBMITTED
+                if target == NS.SUBMITTED:
+                    node.next_attempt_at = _poll_after(claim.executor)
+                    fields.append("next_attempt_at")
+                _move(node, target, actor,
+                      detail={"external_ref": submitted.external_ref, **submitted.detail},
+                      fields=[*fields, "external_ref", "result"])
+            else:
+                node.last_error = _error_detail(error)["error"][:2000]
+                # Deterministic: the venue refused, nothing happened. Anything else during
+                # submit is ambiguous: money may have moved, so recovery must find out.
+                target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+                node.next_attempt_at = timezone.now()
+                _move(node, target, actor,
+                      detail={"phase": "submit", "ambiguous": target == NS.UNKNOWN,
+                              **_error_detail(error)},
+                      fields=[*fields, "last_error", "next_attempt_at"])
+            if target != NS.SUBMITTED:
+                _finish(request, node, actor)
+            return target
+    except LeaseLost as lost:
+        outcome = ({"external_ref": submitted.external_ref, **submitted.detail}
+                   if submitted is not None else _error_detail(error))
+        _late_result(claim, "submit", outcome, str(lost))
+        return None
+
+
+OBSERVED_TARGETS = {
+    ObservedStatus.COMPLETED: NS.COMPLETED,
+    ObservedStatus.FAILED: NS.FAILED,
+    ObservedStatus.UNKNOWN: NS.UNKNOWN,
+    ObservedStatus.REORG: NS.UNKNOWN,
+}
+
+
+def run_observe(claim: Claim) -> NodeState | None:
+    """One observation of a SUBMITTED/OBSERVING node: COMPLETED, FAILED, UNKNOWN (ambiguous,
+    or a reorg: recorded with its evidence first), or still pending (polled again later)."""
+    try:
+        observation: Observation | None = claim.executor.observe(claim.context)
+        error: BaseException | None = None
+    except Exception as exc:
+        observation, error = None, exc
+    actor = _actor(claim.owner)
+    expected = (NS.SUBMITTED, NS.OBSERVING)
+    try:
+        with transaction.atomic():
+            request, node = _relock(claim, expected)
+            fields = _release_lease(node)
+            if observation is None:
+                detail = {"phase": "observe", **_error_detail(error)}
+                node.last_error = detail["error"][:2000]
+                fields.append("last_error")
+                if isinstance(error, TransientError):
+                    node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count or 1)
+                    node.save(update_fields=[*fields, "next_attempt_at", "updated_at"])
+                    return None
+                target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+                node.next_attempt_at = timezone.now()
+                _move(node, target, actor, detail=detail, fields=[*fields, "next_attempt_at"])
+                _finish(request, node, actor)
+                return target
+            _merge_result(node, observation.detail)
+            if observation.external_ref and not node.external_ref:
+                node.external_ref = observation.external_ref
+            fields += ["result", "external_ref"]
+            target = OBSERVED_TARGETS.get(observation.status)
+            if target is None:  # still pending
+                node.next_attempt_at = _poll_after(claim.executor)
+                fields.append("next_attempt_at")
+                if node.node_state == NS.SUBMITTED:
+                    _move(node, NS.OBSERVING, actor, detail=observation.detail, fields=fields)
+                else:
+                    node.save(update_fields=[*fields, "updated_at"])
+                return None
+            if observation.status == ObservedStatus.REORG:
+                record_event(request=request, node=node, actor=actor,
+                             detail={"reorg": observation.detail})
+            if target == NS.UNKNOWN:
+                node.next_attempt_at = timezone.now()
+                fields.append("next_attempt_at")
+            _move(node, target, actor,
+                  detail={"observed": str(observation.status), **observation.detail},
+                  fields=fields)
+            _finish(request, node, actor)
+            return target
+    except LeaseLost as lost:
+        outcome = ({"status": str(observation.status), **observation.detail}
+                   if observation is not None else _error_detail(error))
+        _late_result(claim, "observe", outcome, str(lost))
+        return None
+
+
+RECOVERED_TARGETS = {
+    RecoveredOutcome.SUBMITTED: NS.SUBMITTED,
+    RecoveredOutcome.COMPLETED: NS.COMPLETED,
+    RecoveredOutcome.FAILED: NS.FAILED,
+}
+
+
+def run_recover(claim: Claim) -> NodeState | None:
+    """Reconcile an UNKNOWN node with the venue: SUBMITTED, COMPLETED or FAILED on a finding;
+    any error or an unanswerable question leaves it UNKNOWN to be asked again later."""
+    try:
+        recovery: Recovery | None = claim.executor.recover(claim.context)
+        error: BaseException | None = None
+    except Exception as exc:
+        recovery, error = None, exc
+    actor = _actor(claim.owner)
+    try:
+        with transaction.atomic():
+            request, node = _relock(claim, (NS.UNKNOWN,))
+            fields = _release_lease(node)
+            target = RECOVERED_TARGETS.get(recovery.outcome) if recovery is not None else None
+            if target is None:
+                node.dispatch_count += 1
+                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
+                fields += ["next_attempt_at", "dispatch_count"]
+                if error is not None:
+                    node.last_error = _error_detail(error)["error"][:2000]
+                    fields.append("last_error")
+                node.save(update_fields=[*fields, "updated_at"])
+                return None
+            if recovery.external_ref:
+                node.external_ref = recovery.external_ref
+            _merge_result(node, recovery.detail)
+            if target == NS.SUBMITTED:
+                node.next_attempt_at = timezone.now()
+                fields.append("next_attempt_at")
+            _move(node, target, actor,
+                  detail={"resolution": "recovery", **recovery.detail},
+                  fields=[*fields, "external_ref", "result"])
+            _finish(request, node, actor)
+            return target
+    except LeaseLost as lost:
+        outcome = ({"outcome": str(recovery.outcome), **recovery.detail}
+                   if recovery is not None else _error_detail(error))
+        _late_result(claim, "recover", outcome, str(lost))
+        return None
+
+
+# --- one step and the sweeps the periodic tasks run -------------------------------------------
+
+
+def dispatch_one(*, owner: str) -> bool:
+    """Claim one READY node and run it as far as it goes now; False when none is due."""
+    claim = claim_ready_node(owner=owner)
+    if claim is None:
+        return False
+    if claim.kind == NodeKind.OBSERVE:
+        run_observe(claim)
+    else:
+        run_action(claim)
+    return True
+
+
+def observe_one(*, owner: str) -> bool:
+    claim = claim_observable_node(owner=owner)
+    if claim is None:
+        return False
+    run_observe(claim)
+    return True
+
+
+def recover_one(*, owner: str) -> bool:
+    claim = claim_unknown_node(owner=owner)
+    if claim is None:
+        return False
+    run_recover(claim)
+    return True
+
+
+def _drain(step, *, owner: str, limit: int) -> int:
+    done = 0
+    while done < limit and step(owner=owner):
+        done += 1
+    return done
+
+
+def dispatch_ready_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Dispatch due READY nodes until none is left (or ``limit``); return how many."""
+    return _drain(dispatch_one, owner=owner or worker_identity(), limit=limit)
+
+
+def observe_submitted_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Observe due SUBMITTED/OBSERVING nodes once each (up to ``limit``); return how many."""
+    return _drain(observe_one, owner=owner or worker_identity(), limit=limit)
+
+
+def recover_unknown_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Run recovery on due UNKNOWN nodes (up to ``limit``); return how many."""
+    return _drain(recover_one, owner=owner or worker_identity(), limit=limit)
+
+
+def due_count(*, phase: str) -> int:
+    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
+    now = timezone.now()
+    states, request_states = {
+        "dispatch": ((NS.READY,), DISPATCH_REQUEST_STATES),
+        "observe": ((NS.SUBMITTED, NS.OBSERVING), WATCH_REQUEST_STATES),
+        "recover": ((NS.UNKNOWN,), WATCH_REQUEST_STATES),
+    }[phase]
+    return (
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=states, request__request_state__in=request_states)
+        .filter(_due(now), _lease_free(now))
+        .exclude(kind=NodeKind.MANUAL_GATE)
+        .count()
+    )
+
+
+REAPED = {
+    NS.PREPARING: NS.READY,
+    NS.AWAITING_SIGNATURE: NS.READY,
+    NS.SUBMITTING: NS.UNKNOWN,
+}
+
+
+def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
+    """Nodes whose worker stopped renewing its lease: PREPARING/AWAITING_SIGNATURE go back to
+    READY (nothing left the building), SUBMITTING goes to UNKNOWN (it may have), to be
+    reconciled by recovery and never submitted again. Returns how many moved."""
+    actor = actor or Actor.system("lease-reaper")
+    now = timezone.now()
+    candidates = list(
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=list(REAPED), lease_expires_at__lte=now)
+        .values_list("pk", "request_id")[:limit]
+    )
+    moved = 0
+    for node_pk, request_pk in candidates:
+        with transaction.atomic():
+            request = MovementRequest.objects.select_for_update().get(pk=request_pk)
+            node = MovementRequestNode.objects.select_for_update(of=("self",)).get(pk=node_pk)
+            node.request = request
+            if node.node_state not in REAPED or node.lease_expires_at is None or (
+                node.lease_expires_at > timezone.now()
+            ):
+                continue
+            target = REAPED[NodeState(node.node_state)]
+            detail = {"reason": "lease expired", "lease_owner": node.lease_owner,
+                      "lease_expired_at": node.lease_expires_at.isoformat()}
+            fields = _release_lease(node)
+            if target == NS.READY:
+                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
+            else:
+                node.next_attempt_at = timezone.now()
+            _move(node, target, actor, detail=detail, fields=[*fields, "next_attempt_at"])
+            if target == NS.UNKNOWN:
+                apply_request_state_from_nodes(request, actor=actor)
+            moved += 1
+    return moved
+
+
+__all__ = [
+    "AmbiguousError",
+    "Claim",
+    "LeaseLost",
+    "attempt_idempotency_key",
+    "claim_observable_node",
+    "claim_ready_node",
+    "claim_unknown_node",
+    "dispatch_one",
+    "dispatch_ready_nodes",
+    "due_count",
+    "observe_submitted_nodes",
+    "reap_expired_leases",
+    "recover_unknown_nodes",
+    "run_action",
+    "run_observe",
+    "run_recover",
+    "worker_identity",
+]

@@ -1,0 +1,62 @@
+"""Celery tasks: thin wrappers over ``movements.services.execution`` and the lifecycle.
+
+Beat sends each periodic task once per tick. The sweeps claim work with SKIP LOCKED, so any
+number of them may run at once on any number of workers: when more is due than one sweep
+handles, the tick fans out extra sweeps (``fanout=False``) for the other workers to pick up.
+"""
+
+import logging
+import math
+
+from celery import shared_task
+from django.conf import settings
+
+from movements.actors import Actor
+from movements.services import execution
+from movements.services.lifecycle import expire_overdue_approvals
+
+logger = logging.getLogger(__name__)
+
+TIME_LIMITS = {"soft_time_limit": 240, "time_limit": 300}
+
+
+def _fan_out(task, phase: str, fanout: bool) -> None:
+    if not fanout:
+        return
+    batch = settings.QTG_DISPATCH_BATCH
+    extra = min(settings.QTG_SWEEP_FANOUT - 1, math.ceil(execution.due_count(phase=phase) / batch))
+    for _ in range(max(0, extra)):
+        task.apply_async(kwargs={"fanout": False})
+
+
+@shared_task(name="movements.dispatch_ready", ignore_result=True, **TIME_LIMITS)
+def dispatch_ready(fanout: bool = True) -> int:
+    """Dispatch due READY nodes of approved/executing requests."""
+    _fan_out(dispatch_ready, "dispatch", fanout)
+    return execution.dispatch_ready_nodes(limit=settings.QTG_DISPATCH_BATCH)
+
+
+@shared_task(name="movements.observe_submitted", ignore_result=True, **TIME_LIMITS)
+def observe_submitted(fanout: bool = True) -> int:
+    """Observe due SUBMITTED/OBSERVING nodes."""
+    _fan_out(observe_submitted, "observe", fanout)
+    return execution.observe_submitted_nodes(limit=settings.QTG_DISPATCH_BATCH)
+
+
+@shared_task(name="movements.recover_unknown", ignore_result=True, **TIME_LIMITS)
+def recover_unknown(fanout: bool = True) -> int:
+    """Reconcile UNKNOWN nodes with their venues."""
+    _fan_out(recover_unknown, "recover", fanout)
+    return execution.recover_unknown_nodes(limit=settings.QTG_DISPATCH_BATCH)
+
+
+@shared_task(name="movements.reap_leases", ignore_result=True, **TIME_LIMITS)
+def reap_leases() -> int:
+    """Expired leases: PREPARING/AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN."""
+    return execution.reap_expired_leases(actor=Actor.system("lease-reaper"))
+
+
+@shared_task(name="movements.expire_approvals", ignore_result=True, **TIME_LIMITS)
+def expire_approvals() -> int:
+    """PENDING_APPROVAL requests past their expiry -> EXPIRED."""
+    return expire_overdue_approvals(actor=Actor.system("approval-expiry"))
