@@ -192,11 +192,11 @@ def _make_claim(node: MovementRequestNode, owner: str) -> Claim:
 
 
 @transaction.atomic
-def claim_ready_node(*, owner: str) -> Claim | None:
+def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
     """Claim the next due READY node of an APPROVED/EXECUTING request: READY -> PREPARING for
     an action, READY -> OBSERVING for an observe node. The first dispatch of a request moves
     it APPROVED -> EXECUTING. Manual gates are never dispatched (an operator releases them)."""
-    node = _claimable((NS.READY,), DISPATCH_REQUEST_STATES, timezone.now()).first()
+    node = _claimable((NS.READY,), DISPATCH_REQUEST_STATES, as_of or timezone.now()).first()
     if node is None:
         return None
     actor = _actor(owner)
@@ -219,8 +219,8 @@ def claim_ready_node(*, owner: str) -> Claim | None:
 
 
 @transaction.atomic
-def _claim_watched(*, owner: str, states: tuple) -> Claim | None:
-    node = _claimable(states, WATCH_REQUEST_STATES, timezone.now()).first()
+def _claim_watched(*, owner: str, states: tuple, as_of: Any = None) -> Claim | None:
+    node = _claimable(states, WATCH_REQUEST_STATES, as_of or timezone.now()).first()
     if node is None:
         return None
     _take_lease(node, owner)
@@ -228,15 +228,15 @@ def _claim_watched(*, owner: str, states: tuple) -> Claim | None:
     return _make_claim(node, owner)
 
 
-def claim_observable_node(*, owner: str) -> Claim | None:
+def claim_observable_node(*, owner: str, as_of: Any = None) -> Claim | None:
     """Lease the next due SUBMITTED/OBSERVING node (no state change: the observer does not
     pre-flip SUBMITTED rows, so SUBMITTED -> UNKNOWN stays a real edge)."""
-    return _claim_watched(owner=owner, states=(NS.SUBMITTED, NS.OBSERVING))
+    return _claim_watched(owner=owner, states=(NS.SUBMITTED, NS.OBSERVING), as_of=as_of)
 
 
-def claim_unknown_node(*, owner: str) -> Claim | None:
+def claim_unknown_node(*, owner: str, as_of: Any = None) -> Claim | None:
     """Lease the next due UNKNOWN node for recovery."""
-    return _claim_watched(owner=owner, states=(NS.UNKNOWN,))
+    return _claim_watched(owner=owner, states=(NS.UNKNOWN,), as_of=as_of)
 
 
 # --- result transactions ----------------------------------------------------------------------
@@ -357,8 +357,9 @@ def run_action(claim: Claim) -> NodeState | None:
             _fail_or_retry_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,))
             return None
         signed_payload, expected, detail = signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail
+        phase = "sign"
     else:
-        expected, detail = (NS.PREPARING,), dict(prepared.detail)
+        expected, detail, phase = (NS.PREPARING,), dict(prepared.detail), "prepare"
         if signed_payload:
             detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
 
@@ -373,7 +374,7 @@ def run_action(claim: Claim) -> NodeState | None:
                   detail={**detail, "idempotency_key": node.idempotency_key},
                   fields=["signed_payload", "lease_expires_at", "result"])
     except LeaseLost as lost:
-        _late_result(claim, "sign", {"signed": bool(signed_payload)}, str(lost))
+        _late_result(claim, phase, {"detail": detail, "signed": bool(signed_payload)}, str(lost))
         return None
 
     ctx = replace(ctx, signed_payload=signed_payload)
@@ -539,9 +540,9 @@ def run_recover(claim: Claim) -> NodeState | None:
 # --- one step and the sweeps the periodic tasks run -------------------------------------------
 
 
-def dispatch_one(*, owner: str) -> bool:
+def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
     """Claim one READY node and run it as far as it goes now; False when none is due."""
-    claim = claim_ready_node(owner=owner)
+    claim = claim_ready_node(owner=owner, as_of=as_of)
     if claim is None:
         return False
     if claim.kind == NodeKind.OBSERVE:
@@ -551,16 +552,16 @@ def dispatch_one(*, owner: str) -> bool:
     return True
 
 
-def observe_one(*, owner: str) -> bool:
-    claim = claim_observable_node(owner=owner)
+def observe_one(*, owner: str, as_of: Any = None) -> bool:
+    claim = claim_observable_node(owner=owner, as_of=as_of)
     if claim is None:
         return False
     run_observe(claim)
     return True
 
 
-def recover_one(*, owner: str) -> bool:
-    claim = claim_unknown_node(owner=owner)
+def recover_one(*, owner: str, as_of: Any = None) -> bool:
+    claim = claim_unknown_node(owner=owner, as_of=as_of)
     if claim is None:
         return False
     run_recover(claim)
@@ -568,8 +569,10 @@ def recover_one(*, owner: str) -> bool:
 
 
 def _drain(step, *, owner: str, limit: int) -> int:
-    done = 0
-    while done < limit and step(owner=owner):
+    """Repeat ``step`` while it finds work. Only what was due when the sweep began counts as
+    due, so a node polled again right away is left for the next sweep."""
+    done, as_of = 0, timezone.now()
+    while done < limit and step(owner=owner, as_of=as_of):
         done += 1
     return done
 

@@ -14,6 +14,7 @@ from movements.states import TERMINAL_REQUEST_STATES
 def fast_sandbox(settings):
     """Chains mine quickly, polls and retries are immediate: tests run in well under a second
     of simulated time per movement."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.QTG_SANDBOX_ENABLED = True
     settings.QTG_SANDBOX_TIME_SCALE = 0.002
     settings.QTG_OBSERVE_POLL_SECONDS = 0
@@ -58,3 +59,30 @@ def node_path(request: MovementRequest, node_key: str) -> list[str]:
             path.append(event.old_state)
         path.append(event.new_state)
     return path
+
+
+def assert_history_replays(request: MovementRequest) -> None:
+    """Every node's transition events chain from BLOCKED to its current state along legal
+    edges, and so do the request's (from RECEIVED)."""
+    from movements.states import can_transition_node_state, can_transition_request_state
+
+    for node in request.nodes.all():
+        state = "BLOCKED"
+        for event in node.events.filter(kind=MovementEvent.Kind.TRANSITION).order_by("id"):
+            assert event.old_state == state, (node.node_key, event.old_state, state)
+            assert can_transition_node_state(event.old_state, event.new_state)
+            state = event.new_state
+        assert state == node.node_state, (node.node_key, state, node.node_state)
+    state = "RECEIVED"
+    for event in request.events.filter(node__isnull=True,
+                                       kind=MovementEvent.Kind.TRANSITION).order_by("id"):
+        assert event.old_state == state
+        assert can_transition_request_state(event.old_state, event.new_state)
+        state = event.new_state
+    assert state == request.request_state
+
+
+def ledger(operation: str, **filters) -> list:
+    from sandbox.models import LedgerEntry
+
+    return list(LedgerEntry.objects.filter(operation=operation, **filters))
