@@ -159,6 +159,9 @@ if CELERY_BROKER_URL == "filesystem://":
         "processed_folder": str(_BROKER_DIR / "processed"),
         "store_processed": False,
     }
+# One queue name per deployment (tests use a fresh one per run so stale messages never matter).
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("QTG_CELERY_QUEUE", "qtg")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -171,7 +174,10 @@ CELERY_BEAT_SCHEDULE = {
     "observe-submitted-nodes": {"task": "movements.observe_submitted", "schedule": QTG_TICK_SECONDS},
     "recover-unknown-nodes": {"task": "movements.recover_unknown", "schedule": QTG_TICK_SECONDS * 5},
     "reap-expired-leases": {"task": "movements.reap_leases", "schedule": QTG_TICK_SECONDS * 5},
-    "expire-pending-approvals": {"task": "movements.expire_approvals", "schedule": 30.0},
+    "expire-pending-approvals": {
+        "task": "movements.expire_approvals",
+        "schedule": float(os.environ.get("QTG_EXPIRE_APPROVALS_SECONDS", "30")),
+    },
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},
 }
 

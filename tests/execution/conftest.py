@@ -86,3 +86,136 @@ def ledger(operation: str, **filters) -> list:
     from sandbox.models import LedgerEntry
 
     return list(LedgerEntry.objects.filter(operation=operation, **filters))
+
+
+# --- real worker processes --------------------------------------------------------------------
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+# Fast ticks and chains so a lane settles in seconds (the beat schedule reads these).
+CLUSTER_ENV = {
+    "QTG_TICK_SECONDS": "0.3",
+    "QTG_OBSERVE_POLL_SECONDS": "0.2",
+    "QTG_RETRY_BASE_SECONDS": "0.2",
+    "QTG_RETRY_MAX_SECONDS": "2",
+    "QTG_LEASE_SECONDS": "5",
+    "QTG_EXPIRE_APPROVALS_SECONDS": "0.5",
+    "QTG_SANDBOX_ENABLED": "1",
+    "QTG_SANDBOX_TIME_SCALE": "0.01",
+    "QTG_LOG_LEVEL": "WARNING",
+}
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    db = connection.settings_dict
+    auth = db.get("USER") or ""
+    if db.get("PASSWORD"):
+        auth += f":{db['PASSWORD']}"
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
+
+
+class Cluster:
+    """Celery beat and N solo-pool workers (one process each) on a fresh queue."""
+
+    def __init__(self, tmp: Path, workers: int) -> None:
+        self.tmp = tmp
+        self.queue = f"qtg-test-{uuid.uuid4().hex[:10]}"
+        self.env = {
+            **os.environ,
+            **CLUSTER_ENV,
+            "DATABASE_URL": _database_url(),
+            "QTG_CELERY_QUEUE": self.queue,
+            "QTG_VAR_DIR": str(tmp / "var"),
+            "PYTHONPATH": str(REPO),
+        }
+        if not os.environ.get("CELERY_BROKER_URL"):
+            self.env["CELERY_BROKER_URL"] = "filesystem://"
+        self.workers: list[subprocess.Popen] = []
+        self.beat: subprocess.Popen | None = None
+        self.count = workers
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = (self.tmp / f"{name}.log").open("w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "qtg", *args],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+
+    def start_worker(self) -> subprocess.Popen:
+        n = len(self.workers) + 1
+        worker = self._spawn(
+            f"worker{n}", "worker", "--pool", "solo", "-Q", self.queue, "-n",
+            f"w{n}-{self.queue}@%h", "--without-gossip", "--without-mingle",
+            "--without-heartbeat", "-l", "INFO",
+        )
+        self.workers.append(worker)
+        self._wait_ready(self.tmp / f"worker{n}.log")
+        return worker
+
+    def _wait_ready(self, log: Path, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "ready." in log.read_text():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"worker did not start:\n{log.read_text()[-3000:]}")
+
+    def start(self) -> "Cluster":
+        for _ in range(self.count):
+            self.start_worker()
+        self.beat = self._spawn("beat", "beat", "-s", str(self.tmp / "beat-schedule"),
+                                "-l", "INFO")
+        return self
+
+    def pids(self) -> set[int]:
+        return {w.pid for w in self.workers if w.poll() is None}
+
+    def kill(self, pid: int) -> None:
+        os.kill(pid, signal.SIGKILL)
+        for worker in self.workers:
+            if worker.pid == pid:
+                worker.wait(timeout=10)
+
+    def stop(self) -> None:
+        procs = [p for p in [self.beat, *self.workers] if p is not None and p.poll() is None]
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Beat and three worker processes against the test database and the broker in
+    CELERY_BROKER_URL (the embedded filesystem broker when unset)."""
+    from django.conf import settings as django_settings
+
+    if not django_settings.DB_IS_POSTGRES:
+        pytest.skip("real worker processes need PostgreSQL")
+    running = Cluster(tmp_path_factory.mktemp("cluster"), workers=3).start()
+    yield running
+    running.stop()
+
+
+def wait_for(predicate, *, timeout: float = 60, interval: float = 0.2, message: str = ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(message or "timed out waiting")
