@@ -21,6 +21,11 @@ ALL_MOVEMENT_PERMS = [
 ]
 
 
+def pytest_configure(config):
+    # Real hashing costs ~100 ms per user; tests create many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def pytest_collection_modifyitems(config, items):
     on_postgres = settings.DB_IS_POSTGRES
     skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)")

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django_fsm import ConcurrentTransition
 
 from movements.actors import Actor
-from movements.exceptions import IllegalStateTransition
+from movements.exceptions import IllegalStateTransition, StaleState
 from movements.fsm import transition_method_name
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services.effects import after_request_transition
@@ -45,7 +46,22 @@ def record_event(
     )
 
 
-@transaction.atomic(savepoint=False)
+def _save(instance: Any, fields: list[str]) -> None:
+    try:
+        instance.save(update_fields=fields)
+    except ConcurrentTransition:
+        # django-fsm-2 found the row's state changed since we read it: another writer won.
+        raise StaleState(
+            f"{instance} was changed by someone else; reload and try again",
+            details={"current_state": type(instance).objects.filter(pk=instance.pk)
+                     .values_list(_state_field(instance), flat=True).first()},
+        ) from None
+
+
+def _state_field(instance: Any) -> str:
+    return "node_state" if isinstance(instance, MovementRequestNode) else "request_state"
+
+
 def set_node_state(
     *,
     node: MovementRequestNode,
@@ -68,21 +84,22 @@ def set_node_state(
         raise IllegalStateTransition(
             subject=f"node {node.node_key}", current=old_state, target=str(new_state)
         )
-    getattr(node, transition_method_name(target))()
-    node.state_changed_at = timezone.now()
-    node.save(update_fields=["node_state", "state_changed_at", "updated_at", *update_fields])
-    return record_event(
-        request=node.request,
-        node=node,
-        actor=actor,
-        kind=MovementEvent.Kind.TRANSITION,
-        old_state=old_state,
-        new_state=target,
-        detail=detail,
-    )
+    # Validated before the transaction opens, so a refusal never poisons the caller's.
+    with transaction.atomic(savepoint=False):
+        getattr(node, transition_method_name(target))()
+        node.state_changed_at = timezone.now()
+        _save(node, ["node_state", "state_changed_at", "updated_at", *update_fields])
+        return record_event(
+            request=node.request,
+            node=node,
+            actor=actor,
+            kind=MovementEvent.Kind.TRANSITION,
+            old_state=old_state,
+            new_state=target,
+            detail=detail,
+        )
 
 
-@transaction.atomic(savepoint=False)
 def set_request_state(
     *,
     request: MovementRequest,
@@ -104,24 +121,25 @@ def set_request_state(
         target = None
     if target is None or not can_transition_request_state(old_state, target):
         raise IllegalStateTransition(subject="request", current=old_state, target=str(new_state))
-    getattr(request, transition_method_name(target))()
-    fields = ["request_state", "state_changed_at", "updated_at", *update_fields]
-    request.state_changed_at = timezone.now()
-    if target == RequestState.COMPLETED:
-        request.current_frontier = []
-        fields.append("current_frontier")
-    request.save(update_fields=list(dict.fromkeys(fields)))
-    event = record_event(
-        request=request,
-        actor=actor,
-        kind=MovementEvent.Kind.TRANSITION,
-        old_state=old_state,
-        new_state=target,
-        detail=detail,
-    )
-    if nodes is None:
-        nodes = list(MovementRequestNode.objects.current().filter(request=request))
-    after_request_transition(
-        request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
-    )
-    return event
+    with transaction.atomic(savepoint=False):
+        getattr(request, transition_method_name(target))()
+        fields = ["request_state", "state_changed_at", "updated_at", *update_fields]
+        request.state_changed_at = timezone.now()
+        if target == RequestState.COMPLETED:
+            request.current_frontier = []
+            fields.append("current_frontier")
+        _save(request, list(dict.fromkeys(fields)))
+        event = record_event(
+            request=request,
+            actor=actor,
+            kind=MovementEvent.Kind.TRANSITION,
+            old_state=old_state,
+            new_state=target,
+            detail=detail,
+        )
+        if nodes is None:
+            nodes = list(MovementRequestNode.objects.current().filter(request=request))
+        after_request_transition(
+            request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
+        )
+        return event
