@@ -71,9 +71,7 @@ def make_movement(db, creator):
             "destination": "sandbox-exchange-b",
         }
         fields.update(overrides)
-        request = movement_create(
-            template=template, actor=Actor.for_user(by or creator), **fields
-        )
+        request = movement_create(template=template, actor=Actor.for_user(by or creator), **fields)
         if approve:
             movement_approve(request=request, actor=Actor.system("tests-approver"))
             request.refresh_from_db()

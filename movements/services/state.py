@@ -53,8 +53,12 @@ def _save(instance: Any, fields: list[str]) -> None:
         # django-fsm-2 found the row's state changed since we read it: another writer won.
         raise StaleState(
             f"{instance} was changed by someone else; reload and try again",
-            details={"current_state": type(instance).objects.filter(pk=instance.pk)
-                     .values_list(_state_field(instance), flat=True).first()},
+            details={
+                "current_state": type(instance)
+                .objects.filter(pk=instance.pk)
+                .values_list(_state_field(instance), flat=True)
+                .first()
+            },
         ) from None
 
 

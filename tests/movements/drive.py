@@ -28,8 +28,12 @@ PATHS = {
         "OBSERVE": [NodeState.OBSERVING, NodeState.UNKNOWN],
     },
     NodeState.OBSERVING: {
-        "ACTION": [NodeState.PREPARING, NodeState.SUBMITTING, NodeState.SUBMITTED,
-                   NodeState.OBSERVING],
+        "ACTION": [
+            NodeState.PREPARING,
+            NodeState.SUBMITTING,
+            NodeState.SUBMITTED,
+            NodeState.OBSERVING,
+        ],
         "OBSERVE": [NodeState.OBSERVING],
     },
 }

@@ -16,9 +16,14 @@ GOOD = {
     "version": 1,
     "params": {"network": {"type": "string", "default": "ethereum"}},
     "nodes": [
-        {"key": "withdraw", "kind": "ACTION", "executor": "cex_withdraw",
-         "has_side_effect": True, "config": {"to": "${destination}", "net": "${network}"},
-         "on_success": ["deposit_observe"]},
+        {
+            "key": "withdraw",
+            "kind": "ACTION",
+            "executor": "cex_withdraw",
+            "has_side_effect": True,
+            "config": {"to": "${destination}", "net": "${network}"},
+            "on_success": ["deposit_observe"],
+        },
         {"key": "deposit_observe", "kind": "OBSERVE", "executor": "cex_deposit_observe"},
     ],
 }
@@ -35,24 +40,41 @@ def broken(mutate):
     [
         (broken(lambda d: d.update(nodes=[])), "empty plan"),
         (broken(lambda d: d["nodes"][1].update(key="withdraw")), "duplicate node key 'withdraw'"),
-        (broken(lambda d: d["nodes"][1].update(executor="teleport")), "unknown executor 'teleport'"),
-        (broken(lambda d: d["nodes"][0].update(on_success=["nowhere"])),
-         "dangling edge 'withdraw' -> 'nowhere'"),
-        (broken(lambda d: d["nodes"][1].update(on_success=["withdraw"])),
-         "cycle through withdraw, deposit_observe"),
-        (broken(lambda d: d["nodes"].append({"key": "release", "kind": "MANUAL_GATE"})),
-         "manual-gate node 'release' must have a key starting with 'manual_'"),
-        (broken(lambda d: d["nodes"][1].update(key="manual_observe")),
-         "starts with 'manual_' but is not a MANUAL_GATE"),
+        (
+            broken(lambda d: d["nodes"][1].update(executor="teleport")),
+            "unknown executor 'teleport'",
+        ),
+        (
+            broken(lambda d: d["nodes"][0].update(on_success=["nowhere"])),
+            "dangling edge 'withdraw' -> 'nowhere'",
+        ),
+        (
+            broken(lambda d: d["nodes"][1].update(on_success=["withdraw"])),
+            "cycle through withdraw, deposit_observe",
+        ),
+        (
+            broken(lambda d: d["nodes"].append({"key": "release", "kind": "MANUAL_GATE"})),
+            "manual-gate node 'release' must have a key starting with 'manual_'",
+        ),
+        (
+            broken(lambda d: d["nodes"][1].update(key="manual_observe")),
+            "starts with 'manual_' but is not a MANUAL_GATE",
+        ),
         (broken(lambda d: d["nodes"][1].update(kind="TELEPORT")), "kind must be one of"),
-        (broken(lambda d: d["nodes"][1].update(has_side_effect=True)),
-         "only ACTION nodes may have side effects"),
-        (broken(lambda d: d["nodes"][0].update(config={"to": "${nope}"})),
-         "undeclared param(s) nope"),
+        (
+            broken(lambda d: d["nodes"][1].update(has_side_effect=True)),
+            "only ACTION nodes may have side effects",
+        ),
+        (
+            broken(lambda d: d["nodes"][0].update(config={"to": "${nope}"})),
+            "undeclared param(s) nope",
+        ),
         (broken(lambda d: d["nodes"][0].update(colour="red")), "unknown field(s) colour"),
         (broken(lambda d: d.update(version=0)), "version must be a positive integer"),
-        (broken(lambda d: d["nodes"][1].update(when={"param": "ghost", "equals": 1})),
-         "undeclared param 'ghost'"),
+        (
+            broken(lambda d: d["nodes"][1].update(when={"param": "ghost", "equals": 1})),
+            "undeclared param 'ghost'",
+        ),
     ],
 )
 def test_a_malformed_template_is_refused_with_its_problem_named(definition, problem):
@@ -64,8 +86,12 @@ def test_a_malformed_template_is_refused_with_its_problem_named(definition, prob
 
 def test_compiling_binds_params_fields_and_copies_the_side_effect_flag():
     plan = compile_plan(
-        validate_template(GOOD), asset="USDC", amount=Decimal("5"), source="a",
-        destination="wallet-9", params={},
+        validate_template(GOOD),
+        asset="USDC",
+        amount=Decimal("5"),
+        source="a",
+        destination="wallet-9",
+        params={},
     )
 
     withdraw = plan.nodes[0]
@@ -87,8 +113,14 @@ def test_compiling_binds_params_fields_and_copies_the_side_effect_flag():
 )
 def test_request_params_the_template_does_not_accept_are_refused(params, problem):
     with pytest.raises(TemplateInvalid) as caught:
-        compile_plan(validate_template(GOOD), asset="USDC", amount=Decimal("1"), source="a",
-                     destination="b", params=params)
+        compile_plan(
+            validate_template(GOOD),
+            asset="USDC",
+            amount=Decimal("1"),
+            source="a",
+            destination="b",
+            params=params,
+        )
     assert problem in caught.value.message
 
 
@@ -131,8 +163,12 @@ def test_a_new_version_becomes_a_new_row(tmp_path, settings):
     source = settings.QTG_ROUTE_TEMPLATE_DIR / "cex_to_cex.yaml"
     (tmp_path / "cex_to_cex.yaml").write_text(source.read_text())
     route_templates_sync(directory=tmp_path)
-    (tmp_path / "cex_to_cex.yaml").write_text(source.read_text().replace("version: 1", "version: 2"))
+    (tmp_path / "cex_to_cex.yaml").write_text(
+        source.read_text().replace("version: 1", "version: 2")
+    )
 
     route_templates_sync(directory=tmp_path)
 
-    assert list(RouteTemplate.objects.filter(key="cex_to_cex").values_list("version", flat=True)) == [2, 1]
+    assert list(
+        RouteTemplate.objects.filter(key="cex_to_cex").values_list("version", flat=True)
+    ) == [2, 1]

@@ -274,8 +274,13 @@ def test_an_unknown_withdraw_resolved_as_completed_moves_on(make_movement, opera
     request = run_node(request, "withdraw", NS.UNKNOWN)
     assert request.request_state == RS.EXECUTING  # only UNKNOWN, nothing completed: no change
 
-    node_resolve_unknown(request=request, node_key="withdraw", outcome="COMPLETED",
-                         evidence={"txid": "0xabc"}, actor=Actor.for_user(operator))
+    node_resolve_unknown(
+        request=request,
+        node_key="withdraw",
+        outcome="COMPLETED",
+        evidence={"txid": "0xabc"},
+        actor=Actor.for_user(operator),
+    )
 
     request.refresh_from_db()
     assert states(request)["withdraw"] == NS.COMPLETED
@@ -291,14 +296,21 @@ def test_resolving_needs_evidence_and_an_unknown_node(make_movement, operator):
     actor = Actor.for_user(operator)
 
     with pytest.raises(InvalidInput, match="evidence"):
-        node_resolve_unknown(request=request, node_key="withdraw", outcome="FAILED",
-                             evidence="", actor=actor)
+        node_resolve_unknown(
+            request=request, node_key="withdraw", outcome="FAILED", evidence="", actor=actor
+        )
     with pytest.raises(InvalidInput, match="outcome"):
-        node_resolve_unknown(request=request, node_key="withdraw", outcome="READY",
-                             evidence="x", actor=actor)
+        node_resolve_unknown(
+            request=request, node_key="withdraw", outcome="READY", evidence="x", actor=actor
+        )
     with pytest.raises(ActionRefused, match="not UNKNOWN"):
-        node_resolve_unknown(request=request, node_key="withdraw_observe", outcome="FAILED",
-                             evidence="x", actor=actor)
+        node_resolve_unknown(
+            request=request,
+            node_key="withdraw_observe",
+            outcome="FAILED",
+            evidence="x",
+            actor=actor,
+        )
 
 
 @pytest.fixture
@@ -318,8 +330,13 @@ def test_an_unknown_after_money_left_resolved_by_hand_returns_to_executing(make_
     request = run_node(request, "withdraw_observe", NS.UNKNOWN)
     assert request.request_state == RS.MANUAL_INTERVENTION
 
-    node_resolve_unknown(request=request, node_key="withdraw_observe", outcome="SUBMITTED",
-                         evidence="exchange shows the withdrawal", actor=Actor.for_user(operator))
+    node_resolve_unknown(
+        request=request,
+        node_key="withdraw_observe",
+        outcome="SUBMITTED",
+        evidence="exchange shows the withdrawal",
+        actor=Actor.for_user(operator),
+    )
 
     request.refresh_from_db()
     assert request.request_state == RS.EXECUTING
@@ -331,8 +348,12 @@ def test_resume_is_refused_while_a_node_is_still_failed(intervention, operator):
 
 
 def test_retry_starts_a_new_attempt_and_keeps_the_failed_one_as_history(intervention, operator):
-    intervention_retry(request=intervention, node_key="deposit_observe",
-                       actor=Actor.for_user(operator), reason="deposit was late")
+    intervention_retry(
+        request=intervention,
+        node_key="deposit_observe",
+        actor=Actor.for_user(operator),
+        reason="deposit was late",
+    )
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.EXECUTING
@@ -349,13 +370,20 @@ def test_retry_starts_a_new_attempt_and_keeps_the_failed_one_as_history(interven
 
 def test_retry_only_takes_a_failed_node(intervention, operator):
     with pytest.raises(ActionRefused, match="only a FAILED node"):
-        intervention_retry(request=intervention, node_key="withdraw",
-                           actor=Actor.for_user(operator), reason="again")
+        intervention_retry(
+            request=intervention,
+            node_key="withdraw",
+            actor=Actor.for_user(operator),
+            reason="again",
+        )
 
 
 def test_force_complete_ends_completed_with_the_reason(intervention, operator):
-    intervention_force_complete(request=intervention, actor=Actor.for_user(operator),
-                                reason="deposit credited, confirmed by phone")
+    intervention_force_complete(
+        request=intervention,
+        actor=Actor.for_user(operator),
+        reason="deposit credited, confirmed by phone",
+    )
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.COMPLETED
@@ -365,8 +393,9 @@ def test_force_complete_ends_completed_with_the_reason(intervention, operator):
 
 
 def test_force_fail_ends_failed(intervention, operator):
-    intervention_force_fail(request=intervention, actor=Actor.for_user(operator),
-                            reason="funds returned by exchange")
+    intervention_force_fail(
+        request=intervention, actor=Actor.for_user(operator), reason="funds returned by exchange"
+    )
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.FAILED
@@ -391,19 +420,28 @@ OPERATOR_ACTIONS = [
     ("reject_movement", lambda r, a: movement_reject(request=r, actor=a, reason="r")),
     ("cancel_movement", lambda r, a: movement_cancel(request=r, actor=a, reason="r")),
     ("resume_manual_gate", lambda r, a: manual_gate_resume(request=r, actor=a)),
-    ("resolve_unknown_node", lambda r, a: node_resolve_unknown(
-        request=r, node_key="withdraw", outcome="FAILED", evidence="e", actor=a)),
+    (
+        "resolve_unknown_node",
+        lambda r, a: node_resolve_unknown(
+            request=r, node_key="withdraw", outcome="FAILED", evidence="e", actor=a
+        ),
+    ),
     ("resume_intervention", lambda r, a: intervention_resume(request=r, actor=a, reason="r")),
-    ("retry_node", lambda r, a: intervention_retry(
-        request=r, node_key="withdraw", actor=a, reason="r")),
-    ("force_complete_movement", lambda r, a: intervention_force_complete(
-        request=r, actor=a, reason="r")),
+    (
+        "retry_node",
+        lambda r, a: intervention_retry(request=r, node_key="withdraw", actor=a, reason="r"),
+    ),
+    (
+        "force_complete_movement",
+        lambda r, a: intervention_force_complete(request=r, actor=a, reason="r"),
+    ),
     ("force_fail_movement", lambda r, a: intervention_force_fail(request=r, actor=a, reason="r")),
 ]
 
 
-@pytest.mark.parametrize(("permission", "action"), OPERATOR_ACTIONS,
-                         ids=[p for p, _ in OPERATOR_ACTIONS])
+@pytest.mark.parametrize(
+    ("permission", "action"), OPERATOR_ACTIONS, ids=[p for p, _ in OPERATOR_ACTIONS]
+)
 def test_every_operator_action_needs_its_permission(make_movement, permission, action):
     request = make_movement()
     outsider = make_user("outsider", "view_movementrequest")

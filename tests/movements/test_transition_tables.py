@@ -27,10 +27,7 @@ NODE_PAIRS = list(itertools.product(NodeState, NodeState))
 
 
 def _edges(model, field: str) -> set[tuple[str, str]]:
-    return {
-        (t.source, t.target)
-        for t in getattr(model(), f"get_all_{field}_transitions")()
-    }
+    return {(t.source, t.target) for t in getattr(model(), f"get_all_{field}_transitions")()}
 
 
 def test_the_request_tables_match_the_spec_with_no_extension():
@@ -52,13 +49,20 @@ def test_the_request_tables_match_the_spec_with_no_extension():
 
 def test_the_node_table_adds_only_the_documented_cancellation_edges():
     assert NODE_TRANSITIONS[NodeState.BLOCKED] == {
-        NodeState.READY, NodeState.SKIPPED, NodeState.CANCELLED
+        NodeState.READY,
+        NodeState.SKIPPED,
+        NodeState.CANCELLED,
     }
     assert NodeState.CANCELLED in NODE_TRANSITIONS[NodeState.READY]
-    into_cancelled = {s for s, targets in NODE_TRANSITIONS.items() if NodeState.CANCELLED in targets}
+    into_cancelled = {
+        s for s, targets in NODE_TRANSITIONS.items() if NodeState.CANCELLED in targets
+    }
     assert into_cancelled == {NodeState.BLOCKED, NodeState.READY}
     assert TERMINAL_NODE_STATES == {
-        NodeState.COMPLETED, NodeState.FAILED, NodeState.CANCELLED, NodeState.SKIPPED
+        NodeState.COMPLETED,
+        NodeState.FAILED,
+        NodeState.CANCELLED,
+        NodeState.SKIPPED,
     }
 
 
