@@ -51,19 +51,8 @@ def _save(instance: Any, fields: list[str]) -> None:
         instance.save(update_fields=fields)
     except ConcurrentTransition:
         # django-fsm-2 found the row's state changed since we read it: another writer won.
-        raise StaleState(
-            f"{instance} was changed by someone else; reload and try again",
-            details={
-                "current_state": type(instance)
-                .objects.filter(pk=instance.pk)
-                .values_list(_state_field(instance), flat=True)
-                .first()
-            },
-        ) from None
-
-
-def _state_field(instance: Any) -> str:
-    return "node_state" if isinstance(instance, MovementRequestNode) else "request_state"
+        # The enclosing transaction is marked for rollback, so nothing of this change lands.
+        raise StaleState(f"{instance} was changed by someone else; reload and try again") from None
 
 
 def set_node_state(
