@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import ConcurrentTransition
 
-from movements.actors import Actor
+from movements.actors import Actor, resolve_actor
 from movements.exceptions import IllegalStateTransition, StaleState
 from movements.fsm import transition_method_name
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
@@ -56,18 +56,22 @@ def _save(instance: Any, fields: list[str]) -> None:
 
 
 def set_node_state(
-    *,
     node: MovementRequestNode,
     new_state: NodeState | str,
-    actor: Actor,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
     update_fields: Iterable[str] = (),
 ) -> MovementEvent:
     """Move one node along an edge of NODE_TRANSITIONS and audit it.
 
     The caller holds the node's row lock; ``update_fields`` names other fields it changed on
-    the instance that must be saved with the state.
+    the instance that must be saved with the state. The actor is an ``Actor`` or the spec's
+    ``actor_type``/``actor_id`` pair.
     """
+    actor = resolve_actor(actor, actor_type, actor_id)
     old_state = node.node_state
     try:
         target = NodeState(new_state)
@@ -94,10 +98,12 @@ def set_node_state(
 
 
 def set_request_state(
-    *,
     request: MovementRequest,
     new_state: RequestState | str,
-    actor: Actor,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
     nodes: list[MovementRequestNode] | None = None,
     update_fields: Iterable[str] = (),
@@ -107,6 +113,7 @@ def set_request_state(
 
     The caller holds the request's row lock.
     """
+    actor = resolve_actor(actor, actor_type, actor_id)
     old_state = request.request_state
     try:
         target = RequestState(new_state)

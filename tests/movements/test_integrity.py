@@ -85,3 +85,13 @@ def test_concurrent_approvals_by_many_operators_approve_exactly_once(make_moveme
     assert request.events.filter(new_state="APPROVED").count() == 1
     withdraw = request.nodes.get(node_key="withdraw")
     assert withdraw.events.filter(new_state="READY").count() == 1
+
+
+def test_state_writers_accept_the_specs_actor_type_and_id(make_movement):
+    request = make_movement(approve=True)
+    withdraw = request.nodes.get(node_key="withdraw")
+
+    event = set_node_state(withdraw, NodeState.PREPARING, actor_type="system", actor_id="recovery")
+
+    assert (event.actor_type, event.actor_id) == ("system", "recovery")
+    assert (event.old_state, event.new_state) == ("READY", "PREPARING")
