@@ -1,0 +1,112 @@
+"""Demo data for the embedded run: three users and a handful of movements in various states,
+the approved ones moving on their own through the sandbox venues."""
+
+import secrets
+from typing import Any
+
+from django.contrib.auth.models import Permission, User
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from movements.actors import Actor
+from movements.exceptions import QTGError
+from movements.services import movement_approve, movement_create
+from movements.states import RequestState
+
+OPERATOR_PERMS = (
+    "view_movementrequest", "approve_movement", "reject_movement", "resume_manual_gate",
+    "cancel_movement",
+)
+SUPERVISOR_PERMS = (
+    *OPERATOR_PERMS, "resolve_unknown_node", "resume_intervention", "retry_node",
+    "force_complete_movement", "force_fail_movement",
+)
+
+# (idempotency key, template, amount, params, approve?, what an operator will see)
+DEMO_MOVEMENTS: list[tuple[str, str, str, dict[str, Any], bool, str]] = [
+    ("demo-cex-1", "cex_to_cex", "2500.00", {}, True, "completes on its own"),
+    ("demo-cex-slow", "cex_to_cex", "980.25", {"sandbox": {"withdraw_observe": "delay:40"}}, True,
+     "the exchange takes 40 s to send the withdrawal"),
+    ("demo-cctp", "cctp", "15000.00", {}, True, "CCTP burn, attestation, mint"),
+    ("demo-split", "split_join", "730.00", {}, True, "exchange and chain watched in parallel"),
+    ("demo-gated", "cex_to_cex_gated", "5200.00", {}, True, "waits for an operator at the gate"),
+    ("demo-timeout", "cex_to_cex", "410.00", {"sandbox": {"withdraw": "submit_timeout_landed"}},
+     True, "submit times out, recovery finds the withdrawal"),
+    ("demo-reorg", "cex_to_cex", "640.00", {"sandbox": {"deposit_observe": "reorg"}}, True,
+     "a reorg while the deposit is watched"),
+    ("demo-deposit-fails", "cex_to_cex", "320.00",
+     {"sandbox": {"deposit_observe": "observe_fail"}}, True, "ends in MANUAL_INTERVENTION"),
+    ("demo-rejected-by-venue", "cex_to_cex", "77.00", {"sandbox": {"withdraw": "fail"}}, True,
+     "the exchange refuses: FAILED, nothing moved"),
+    ("demo-pending", "cex_to_cex", "12000.00", {}, False, "waits for your approval"),
+]
+
+
+def _perms(codenames) -> list[Permission]:
+    return list(Permission.objects.filter(content_type__app_label="movements",
+                                          codename__in=codenames))
+
+
+def seed_demo_hardcaps() -> None:
+    """Hardcaps for the demo assets, when the reservations app provides them."""
+    from reservations import services as reservations
+
+    seed = getattr(reservations, "seed_demo_hardcaps", None)
+    if callable(seed):
+        seed()
+
+
+class Command(BaseCommand):
+    help = "Create the demo users (printing their passwords) and demo movements."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--reset-passwords", action="store_true",
+                            help="give existing demo users new passwords (and print them)")
+
+    def _user(self, username: str, *, perms=(), superuser=False, reset=False):
+        user = User.objects.filter(username=username).first()
+        password = None
+        if user is None:
+            password = secrets.token_urlsafe(9)
+            user = User.objects.create_user(username=username, password=password,
+                                            email=f"{username}@qtg.invalid", is_staff=True,
+                                            is_superuser=superuser)
+        elif reset:
+            password = secrets.token_urlsafe(9)
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        if perms:
+            user.user_permissions.add(*_perms(perms))
+        return User.objects.get(pk=user.pk), password
+
+    @transaction.atomic
+    def handle(self, *args, reset_passwords=False, **options):
+        reset = reset_passwords
+        users = {
+            "admin": self._user("admin", superuser=True, reset=reset),
+            "operator": self._user("operator", perms=OPERATOR_PERMS, reset=reset),
+            "supervisor": self._user("supervisor", perms=SUPERVISOR_PERMS, reset=reset),
+        }
+        seed_demo_hardcaps()
+        operator, supervisor = users["operator"][0], users["supervisor"][0]
+        created = 0
+        for key, template, amount, params, approve, note in DEMO_MOVEMENTS:
+            try:
+                request = movement_create(
+                    template=template, asset="USDC", amount=amount,
+                    source="sandbox-exchange-a", destination="sandbox-exchange-b",
+                    params=params, idempotency_key=key, actor=Actor.for_user(operator),
+                )
+                if request.replayed:
+                    continue
+                created += 1
+                if approve and request.request_state == RequestState.PENDING_APPROVAL:
+                    movement_approve(request=request, actor=Actor.for_user(supervisor))
+            except QTGError as exc:
+                self.stderr.write(f"demo movement {key}: {exc.message}")
+                continue
+            self.stdout.write(f"  movement {request.short_id} {template:<17} {note}")
+        self.stdout.write(self.style.SUCCESS(f"{created} demo movement(s) created"))
+        for username, (_, password) in users.items():
+            shown = password if password else "(unchanged; --reset-passwords for a new one)"
+            self.stdout.write(f"  user {username:<11} password {shown}")
