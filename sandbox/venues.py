@@ -119,9 +119,13 @@ def tx_status(*, tx_hash: str, fault: Fault = NO_FAULT) -> TxStatus:
     block the block is reorganised away: the transaction drops back to the mempool and is
     re-mined two blocks later (confirmations start again from zero)."""
     ensure_enabled()
+    return _tx_and_status(tx_hash, fault)[1]
+
+
+def _tx_and_status(tx_hash: str, fault: Fault) -> tuple[ChainTx | None, TxStatus]:
     tx = ChainTx.objects.filter(tx_hash=tx_hash).first()
     if tx is None:
-        return TxStatus(chain="", tx_hash=tx_hash, found=False)
+        return None, TxStatus(chain="", tx_hash=tx_hash, found=False)
     status = _status(tx)
     if fault.is_("reorg") and tx.reorg_count == 0 and status.included:
         with transaction.atomic():
@@ -135,25 +139,30 @@ def tx_status(*, tx_hash: str, fault: Fault = NO_FAULT) -> TxStatus:
                 tx.reorg_count += 1
                 tx.save(update_fields=["included_height", "reorg_count"])
         status = _status(tx)
-    return status
+    return tx, status
 
 
-def _create_tx(*, chain: str, tx_hash: str, kind: str, operation: str, asset: str,
+def _insert_tx(*, chain: str, tx_hash: str, kind: str, operation: str, asset: str,
                amount: Decimal, sender: str = "", recipient: str = "", signed_payload: str = "",
-               detail: dict | None = None) -> tuple[ChainTx, bool]:
+               detail: dict | None = None) -> ChainTx:
+    """Put a transaction in the next block and record it (the caller makes it happen once)."""
+    tx = ChainTx.objects.create(
+        chain=chain, tx_hash=tx_hash, kind=kind, signed_payload=signed_payload,
+        sender=sender, recipient=recipient, asset=asset, amount=amount,
+        included_height=chain_height(chain) + 1, detail=detail or {},
+    )
+    _ledger(chain, operation, tx_hash, asset=asset, amount=amount,
+            sender=sender, recipient=recipient)
+    return tx
+
+
+def _create_tx(**fields: Any) -> tuple[ChainTx, bool]:
     """Put a transaction in the next block, once (the hash is the dedup key)."""
     try:
         with transaction.atomic():
-            tx = ChainTx.objects.create(
-                chain=chain, tx_hash=tx_hash, kind=kind, signed_payload=signed_payload,
-                sender=sender, recipient=recipient, asset=asset, amount=amount,
-                included_height=chain_height(chain) + 1, detail=detail or {},
-            )
-            _ledger(chain, operation, tx_hash, asset=asset, amount=amount,
-                    sender=sender, recipient=recipient)
-            return tx, True
+            return _insert_tx(**fields), True
     except IntegrityError:
-        return ChainTx.objects.get(tx_hash=tx_hash), False
+        return ChainTx.objects.get(tx_hash=fields["tx_hash"]), False
 
 
 # --- signer -----------------------------------------------------------------------------------
@@ -324,7 +333,8 @@ def withdrawal_status(*, withdrawal_id: str, fault: Fault = NO_FAULT) -> Withdra
         if fault.is_("observe_fail"):
             withdrawal.status = Withdrawal.Status.FAILED
         else:
-            tx, _ = _create_tx(
+            # We hold the withdrawal's lock and it is still PROCESSING: nobody else sends it.
+            tx = _insert_tx(
                 chain=withdrawal.network, tx_hash="0x" + _sha("transfer", withdrawal_id),
                 kind=ChainTx.Kind.TRANSFER, operation=LedgerEntry.Operation.CHAIN_TRANSFER,
                 asset=withdrawal.asset, amount=withdrawal.amount, sender=withdrawal.venue,
@@ -347,8 +357,8 @@ def deposit_status(*, venue: str, tx_hash: str, fault: Fault = NO_FAULT) -> Depo
     injected delay); ``observe_fail`` makes it reject the deposit; ``reorg`` reorganises the
     transaction away the first time it is seen in a block."""
     ensure_enabled()
-    chain = tx_status(tx_hash=tx_hash, fault=fault)
-    if not chain.found:
+    tx, chain = _tx_and_status(tx_hash, fault)
+    if tx is None:
         return DepositStatus("PENDING", chain)
     if Deposit.objects.filter(venue=venue, tx_hash=tx_hash).exists():
         return DepositStatus("CREDITED", chain)
@@ -356,7 +366,6 @@ def deposit_status(*, venue: str, tx_hash: str, fault: Fault = NO_FAULT) -> Depo
         return DepositStatus("REJECTED", chain)
     if not chain.final:
         return DepositStatus("PENDING", chain)
-    tx = ChainTx.objects.get(tx_hash=tx_hash)
     if fault.is_("delay") and timezone.now() < tx.broadcast_at + timedelta(seconds=fault.seconds):
         return DepositStatus("PENDING", chain)
     try:

@@ -175,7 +175,11 @@ class CexDepositObserve(Executor):
     def observe(self, ctx: ExecutionContext) -> Observation:
         venues = _venues()
         _require_config(ctx, "venue")
-        tx_hash = _tx_hash_of(ctx, _upstream(ctx, executor="cex_withdraw"))
+        watched = [n for n in ctx.upstream.values()
+                   if n.executor == "cex_withdrawal_observe" and n.result.get("tx_hash")]
+        # The withdrawal observer already learnt the tx hash; otherwise ask the exchange.
+        tx_hash = watched[0].result["tx_hash"] if watched else _tx_hash_of(
+            ctx, _upstream(ctx, executor="cex_withdraw"))
         if not tx_hash:
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "withdrawal tx"})
         deposit = _venue_call(venues.deposit_status, venue=ctx.config["venue"], tx_hash=tx_hash,

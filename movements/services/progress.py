@@ -1,12 +1,13 @@
 """Frontier advancement and the request state derived from node states (signals-free)."""
 
+from dataclasses import dataclass
 from typing import Any
 
 from callbacks.services import callback_enqueue
 from movements.actors import Actor, resolve_actor
 from movements.compiler import condition_holds, request_context
-from movements.models import MovementRequest, MovementRequestNode
-from movements.selectors import current_nodes, predecessor_map, successor_keys
+from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
+from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
 from movements.services.state import set_node_state, set_request_state
 from movements.states import (
@@ -16,6 +17,43 @@ from movements.states import (
     RequestState,
     can_transition_request_state,
 )
+
+
+@dataclass(frozen=True)
+class PlanGraph:
+    """The on_success edges of one request's plan: successors (in plan order) and
+    predecessors of each node key."""
+
+    successors: dict[str, list[str]]
+    predecessors: dict[str, list[str]]
+
+
+# A request's plan is an immutable snapshot taken at creation, so its graph can be kept for
+# the life of the process (bounded): frontier advancement then costs no plan queries.
+_PLAN_GRAPHS: dict[Any, PlanGraph] = {}
+_PLAN_GRAPH_CACHE_SIZE = 4096
+
+
+def plan_graph(request: MovementRequest) -> PlanGraph:
+    """The request's plan graph, read with one query and cached per process."""
+    graph = _PLAN_GRAPHS.get(request.pk)
+    if graph is not None:
+        return graph
+    successors: dict[str, list[str]] = {}
+    predecessors: dict[str, list[str]] = {}
+    edges = (
+        MovementPlanEdge.objects.filter(request_id=request.pk)
+        .order_by("target__position", "target__key")
+        .values_list("source__key", "target__key")
+    )
+    for source, target in edges:
+        successors.setdefault(source, []).append(target)
+        predecessors.setdefault(target, []).append(source)
+    graph = PlanGraph(successors, predecessors)
+    if len(_PLAN_GRAPHS) >= _PLAN_GRAPH_CACHE_SIZE:
+        _PLAN_GRAPHS.clear()
+    _PLAN_GRAPHS[request.pk] = graph
+    return graph
 
 
 def compute_frontier(nodes: list[Any]) -> list[str]:
@@ -112,7 +150,7 @@ def _wake(
                 actor=actor,
                 detail={"reason": "condition not met", "condition": condition},
             )
-            queue.extend(successor_keys(request, key))
+            queue.extend(plan_graph(request).successors.get(key, []))
         woken.append(key)
     return woken
 
@@ -135,7 +173,8 @@ def _advance(
     cause: dict[str, Any],
 ) -> None:
     by_key = {node.node_key: node for node in nodes}
-    woken = _wake(request, candidates, by_key, predecessor_map(request), actor, _context(request))
+    preds = plan_graph(request).predecessors
+    woken = _wake(request, candidates, by_key, preds, actor, _context(request))
     frontier = compute_frontier(nodes)
     if frontier != request.current_frontier:
         request.current_frontier = frontier
@@ -152,7 +191,7 @@ def _advance(
 def start_roots(request: MovementRequest, *, actor: Actor) -> None:
     """Wake the nodes with no predecessors (on approval)."""
     nodes = current_nodes(request, lock=True)
-    preds = predecessor_map(request)
+    preds = plan_graph(request).predecessors
     roots = [node.node_key for node in nodes if not preds.get(node.node_key)]
     _advance(request, roots, nodes, actor, {"cause": "approved"})
 
@@ -174,7 +213,7 @@ def advance_after_completion(
         nodes = current_nodes(request, lock=True)
     # The caller's instance of the completed node is the freshest one.
     nodes = [completed_node if n.pk == completed_node.pk else n for n in nodes]
-    successors = successor_keys(request, completed_node.node_key)
+    successors = plan_graph(request).successors.get(completed_node.node_key, [])
     if not successors:
         frontier = compute_frontier(nodes)
         if frontier != request.current_frontier:

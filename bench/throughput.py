@@ -1,0 +1,182 @@
+"""Throughput of the execution services on PostgreSQL with the sandbox venues (not a test).
+
+Creates a scratch database (``test_<name>`` next to the one in DATABASE_URL), runs N movements
+through the CEX lane by calling the worker services in-process (one worker, one connection),
+and prints movements/s, node transitions/s and database queries per node transition. In the
+same run, on the same database, it measures the bare SQL of one node transition issued
+directly through psycopg (lock the node, update it, insert its event, update the request; one
+transaction each) and prints the ratio of the two rates.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/qtg python bench/throughput.py -n 300
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
+# Chains mine (almost) instantly and nothing waits between polls: we measure the services.
+os.environ.setdefault("QTG_SANDBOX_TIME_SCALE", "0.0001")
+os.environ.setdefault("QTG_OBSERVE_POLL_SECONDS", "0")
+os.environ.setdefault("QTG_RETRY_BASE_SECONDS", "0")
+os.environ["QTG_SANDBOX_ENABLED"] = "1"
+# Production-like: no DEBUG query log (it costs more per query than the query itself here).
+os.environ.setdefault("DJANGO_DEBUG", "0")
+
+import django  # noqa: E402
+
+django.setup()
+
+import psycopg  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from movements.actors import Actor  # noqa: E402
+from movements.models import MovementEvent, MovementRequest, MovementRequestNode  # noqa: E402
+from movements.services import execution, movement_approve, movement_create  # noqa: E402
+
+
+class QueryCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def setup_movements(n: int) -> list[MovementRequest]:
+    creator = User.objects.create_user("bench-creator", password="x")
+    approver = Actor.system("bench-approver")
+    requests = []
+    for i in range(n):
+        request = movement_create(
+            template="cex_to_cex", asset="USDC", amount="100.00",
+            source="sandbox-exchange-a", destination="sandbox-exchange-b",
+            idempotency_key=f"bench-{i}", actor=Actor.for_user(creator),
+        )
+        movement_approve(request=request, actor=approver)
+        requests.append(request)
+    return requests
+
+
+def run_services(n: int) -> dict:
+    counter = QueryCounter()
+    events_before = MovementEvent.objects.filter(kind="transition").count()
+    node_events_before = MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
+    owner = execution.worker_identity()
+    started = time.perf_counter()
+    with connection.execute_wrapper(counter):
+        while MovementRequest.objects.exclude(request_state="COMPLETED").exists():
+            execution.dispatch_ready_nodes(owner=owner, limit=10_000)
+            execution.observe_submitted_nodes(owner=owner, limit=10_000)
+            execution.recover_unknown_nodes(owner=owner, limit=10_000)
+    elapsed = time.perf_counter() - started
+    transitions = MovementEvent.objects.filter(kind="transition").count() - events_before
+    node_transitions = (
+        MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
+        - node_events_before
+    )
+    return {
+        "elapsed": elapsed,
+        "movements_per_s": n / elapsed,
+        "transitions": transitions,
+        "node_transitions": node_transitions,
+        "node_transitions_per_s": node_transitions / elapsed,
+        "all_transitions_per_s": transitions / elapsed,
+        "queries": counter.count,
+        "queries_per_node_transition": counter.count / node_transitions,
+    }
+
+
+BARE_SQL = [
+    "SELECT id, node_state FROM movements_movementrequestnode WHERE id = %s FOR UPDATE",
+    "UPDATE movements_movementrequestnode SET node_state = %s, state_changed_at = now(), "
+    "updated_at = now() WHERE id = %s",
+    "INSERT INTO movements_movementevent (request_id, node_id, node_key, kind, old_state, "
+    "new_state, actor_type, actor_id, detail, created_at) "
+    "VALUES (%s, %s, %s, 'transition', %s, %s, 'system', 'bench', %s, now())",
+    "UPDATE movements_movementrequest SET updated_at = now() WHERE id = %s",
+]
+
+
+def run_bare_sql(count: int) -> dict:
+    db = connection.settings_dict
+    conninfo = psycopg.conninfo.make_conninfo(
+        dbname=db["NAME"], user=db.get("USER") or None, password=db.get("PASSWORD") or None,
+        host=db.get("HOST") or None, port=db.get("PORT") or None,
+    )
+    nodes = list(MovementRequestNode.objects.values_list("id", "request_id", "node_key")[:200])
+    states = ("OBSERVING", "COMPLETED")
+    with psycopg.connect(conninfo) as conn:
+        started = time.perf_counter()
+        for i in range(count):
+            node_id, request_id, node_key = nodes[i % len(nodes)]
+            old, new = states[i % 2], states[(i + 1) % 2]
+            with conn.transaction():
+                conn.execute(BARE_SQL[0], (node_id,))
+                conn.execute(BARE_SQL[1], (new, node_id))
+                conn.execute(BARE_SQL[2], (request_id, node_id, node_key, old, new,
+                                           json.dumps({"bench": True})))
+                conn.execute(BARE_SQL[3], (request_id,))
+        elapsed = time.perf_counter() - started
+    return {"count": count, "elapsed": elapsed, "transitions_per_s": count / elapsed}
+
+
+def profile(n: int) -> None:
+    import cProfile
+    import pstats
+
+    setup_movements(n)
+    cProfile.runctx("run_services(n)", globals(), {"n": n, "run_services": run_services},
+                    "/tmp/qtg-bench.prof")
+    pstats.Stats("/tmp/qtg-bench.prof").sort_stats(os.environ.get("QTG_BENCH_PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("QTG_BENCH_PROFILE_LINES", "45")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--movements", type=int, default=300)
+    parser.add_argument("--bare", type=int, default=3000, help="bare-SQL transitions to time")
+    parser.add_argument("--profile", action="store_true", help="cProfile the services instead")
+    args = parser.parse_args()
+    if not settings.DB_IS_POSTGRES:
+        sys.exit("the benchmark runs on PostgreSQL: set DATABASE_URL")
+    real_name = connection.settings_dict["NAME"]
+    # Its own scratch database: never the one a concurrent test run is using.
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_bench"
+    test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        t0 = time.perf_counter()
+        if args.profile:
+            profile(args.movements)
+            return
+        setup_movements(args.movements)
+        setup_elapsed = time.perf_counter() - t0
+        services = run_services(args.movements)
+        assert not MovementRequest.objects.exclude(request_state="COMPLETED").exists()
+        bare = run_bare_sql(args.bare)
+    finally:
+        connection.creation.destroy_test_db(real_name, verbosity=0)
+    ratio = services["node_transitions_per_s"] / bare["transitions_per_s"]
+    print(f"database            {test_name} (PostgreSQL, scratch, dropped afterwards)")
+    print(f"movements           {args.movements} through cex_to_cex (3 nodes) with the sandbox")
+    print(f"setup               {setup_elapsed:.2f} s to create and approve (not in the rates)")
+    print(f"execution           {services['elapsed']:.2f} s, one worker, in-process services")
+    print(f"movements/s         {services['movements_per_s']:.1f}")
+    print(f"node transitions/s  {services['node_transitions_per_s']:.1f} "
+          f"({services['node_transitions']} node transitions; "
+          f"{services['all_transitions_per_s']:.1f}/s counting request transitions too)")
+    print(f"queries/transition  {services['queries_per_node_transition']:.2f} "
+          f"({services['queries']} queries, incl. sandbox venue and observation polls)")
+    print(f"bare SQL            {bare['transitions_per_s']:.1f} transitions/s "
+          f"({bare['count']} x lock node, update node, insert event, update request; psycopg)")
+    print(f"ratio               {ratio:.2f} (service node transitions/s / bare SQL; target >= 0.5)")
+
+
+if __name__ == "__main__":
+    main()
