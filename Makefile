@@ -22,3 +22,6 @@ test: install
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: install
+	$(PY) bench/throughput.py
