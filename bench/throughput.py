@@ -27,7 +27,7 @@ os.environ["QTG_SANDBOX_ENABLED"] = "1"
 # Production-like: no DEBUG query log (it costs more per query than the query itself here).
 os.environ.setdefault("DJANGO_DEBUG", "0")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -56,9 +56,13 @@ def setup_movements(n: int) -> list[MovementRequest]:
     requests = []
     for i in range(n):
         request = movement_create(
-            template="cex_to_cex", asset="USDC", amount="100.00",
-            source="sandbox-exchange-a", destination="sandbox-exchange-b",
-            idempotency_key=f"bench-{i}", actor=Actor.for_user(creator),
+            template="cex_to_cex",
+            asset="USDC",
+            amount="100.00",
+            source="sandbox-exchange-a",
+            destination="sandbox-exchange-b",
+            idempotency_key=f"bench-{i}",
+            actor=Actor.for_user(creator),
         )
         movement_approve(request=request, actor=approver)
         requests.append(request)
@@ -108,8 +112,11 @@ BARE_SQL = [
 def run_bare_sql(count: int) -> dict:
     db = connection.settings_dict
     conninfo = psycopg.conninfo.make_conninfo(
-        dbname=db["NAME"], user=db.get("USER") or None, password=db.get("PASSWORD") or None,
-        host=db.get("HOST") or None, port=db.get("PORT") or None,
+        dbname=db["NAME"],
+        user=db.get("USER") or None,
+        password=db.get("PASSWORD") or None,
+        host=db.get("HOST") or None,
+        port=db.get("PORT") or None,
     )
     nodes = list(MovementRequestNode.objects.values_list("id", "request_id", "node_key")[:200])
     states = ("OBSERVING", "COMPLETED")
@@ -121,8 +128,10 @@ def run_bare_sql(count: int) -> dict:
             with conn.transaction():
                 conn.execute(BARE_SQL[0], (node_id,))
                 conn.execute(BARE_SQL[1], (new, node_id))
-                conn.execute(BARE_SQL[2], (request_id, node_id, node_key, old, new,
-                                           json.dumps({"bench": True})))
+                conn.execute(
+                    BARE_SQL[2],
+                    (request_id, node_id, node_key, old, new, json.dumps({"bench": True})),
+                )
                 conn.execute(BARE_SQL[3], (request_id,))
         elapsed = time.perf_counter() - started
     return {"count": count, "elapsed": elapsed, "transitions_per_s": count / elapsed}
@@ -133,9 +142,12 @@ def profile(n: int) -> None:
     import pstats
 
     setup_movements(n)
-    cProfile.runctx("run_services(n)", globals(), {"n": n, "run_services": run_services},
-                    "/tmp/qtg-bench.prof")
-    pstats.Stats("/tmp/qtg-bench.prof").sort_stats(os.environ.get("QTG_BENCH_PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("QTG_BENCH_PROFILE_LINES", "45")))
+    cProfile.runctx(
+        "run_services(n)", globals(), {"n": n, "run_services": run_services}, "/tmp/qtg-bench.prof"
+    )
+    pstats.Stats("/tmp/qtg-bench.prof").sort_stats(
+        os.environ.get("QTG_BENCH_PROFILE_SORT", "cumulative")
+    ).print_stats(int(os.environ.get("QTG_BENCH_PROFILE_LINES", "45")))
 
 
 def main() -> None:
@@ -168,13 +180,19 @@ def main() -> None:
     print(f"setup               {setup_elapsed:.2f} s to create and approve (not in the rates)")
     print(f"execution           {services['elapsed']:.2f} s, one worker, in-process services")
     print(f"movements/s         {services['movements_per_s']:.1f}")
-    print(f"node transitions/s  {services['node_transitions_per_s']:.1f} "
-          f"({services['node_transitions']} node transitions; "
-          f"{services['all_transitions_per_s']:.1f}/s counting request transitions too)")
-    print(f"queries/transition  {services['queries_per_node_transition']:.2f} "
-          f"({services['queries']} queries, incl. sandbox venue and observation polls)")
-    print(f"bare SQL            {bare['transitions_per_s']:.1f} transitions/s "
-          f"({bare['count']} x lock node, update node, insert event, update request; psycopg)")
+    print(
+        f"node transitions/s  {services['node_transitions_per_s']:.1f} "
+        f"({services['node_transitions']} node transitions; "
+        f"{services['all_transitions_per_s']:.1f}/s counting request transitions too)"
+    )
+    print(
+        f"queries/transition  {services['queries_per_node_transition']:.2f} "
+        f"({services['queries']} queries, incl. sandbox venue and observation polls)"
+    )
+    print(
+        f"bare SQL            {bare['transitions_per_s']:.1f} transitions/s "
+        f"({bare['count']} x lock node, update node, insert event, update request; psycopg)"
+    )
     print(f"ratio               {ratio:.2f} (service node transitions/s / bare SQL; target >= 0.5)")
 
 

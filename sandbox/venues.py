@@ -39,10 +39,21 @@ def _sha(*parts: str) -> str:
     return hashlib.sha256(":".join(parts).encode()).hexdigest()
 
 
-def _ledger(venue: str, operation: str, reference: str, *, asset: str = "",
-            amount: Decimal | None = None, **detail: Any) -> None:
+def _ledger(
+    venue: str,
+    operation: str,
+    reference: str,
+    *,
+    asset: str = "",
+    amount: Decimal | None = None,
+    **detail: Any,
+) -> None:
     LedgerEntry.objects.create(
-        venue=venue, operation=operation, reference=reference, asset=asset, amount=amount,
+        venue=venue,
+        operation=operation,
+        reference=reference,
+        asset=asset,
+        amount=amount,
         detail=detail,
     )
 
@@ -131,10 +142,14 @@ def _tx_and_status(tx_hash: str, fault: Fault) -> tuple[ChainTx | None, TxStatus
         with transaction.atomic():
             tx = ChainTx.objects.select_for_update().get(pk=tx.pk)
             if tx.reorg_count == 0:
-                _ledger(tx.chain, LedgerEntry.Operation.REORG, tx.tx_hash,
-                        old_height=tx.included_height,
-                        old_block_hash=block_hash(tx.chain, tx.included_height),
-                        confirmations_before=status.confirmations)
+                _ledger(
+                    tx.chain,
+                    LedgerEntry.Operation.REORG,
+                    tx.tx_hash,
+                    old_height=tx.included_height,
+                    old_block_hash=block_hash(tx.chain, tx.included_height),
+                    confirmations_before=status.confirmations,
+                )
                 tx.included_height = chain_height(tx.chain) + 2
                 tx.reorg_count += 1
                 tx.save(update_fields=["included_height", "reorg_count"])
@@ -142,17 +157,35 @@ def _tx_and_status(tx_hash: str, fault: Fault) -> tuple[ChainTx | None, TxStatus
     return tx, status
 
 
-def _insert_tx(*, chain: str, tx_hash: str, kind: str, operation: str, asset: str,
-               amount: Decimal, sender: str = "", recipient: str = "", signed_payload: str = "",
-               detail: dict | None = None) -> ChainTx:
+def _insert_tx(
+    *,
+    chain: str,
+    tx_hash: str,
+    kind: str,
+    operation: str,
+    asset: str,
+    amount: Decimal,
+    sender: str = "",
+    recipient: str = "",
+    signed_payload: str = "",
+    detail: dict | None = None,
+) -> ChainTx:
     """Put a transaction in the next block and record it (the caller makes it happen once)."""
     tx = ChainTx.objects.create(
-        chain=chain, tx_hash=tx_hash, kind=kind, signed_payload=signed_payload,
-        sender=sender, recipient=recipient, asset=asset, amount=amount,
-        included_height=chain_height(chain) + 1, detail=detail or {},
+        chain=chain,
+        tx_hash=tx_hash,
+        kind=kind,
+        signed_payload=signed_payload,
+        sender=sender,
+        recipient=recipient,
+        asset=asset,
+        amount=amount,
+        included_height=chain_height(chain) + 1,
+        detail=detail or {},
     )
-    _ledger(chain, operation, tx_hash, asset=asset, amount=amount,
-            sender=sender, recipient=recipient)
+    _ledger(
+        chain, operation, tx_hash, asset=asset, amount=amount, sender=sender, recipient=recipient
+    )
     return tx
 
 
@@ -173,8 +206,15 @@ def sign(*, key_id: str, payload: dict[str, Any]) -> str:
     ensure_enabled()
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     signature = hmac.new(SIGNER_SECRET + key_id.encode(), body.encode(), "sha256").hexdigest()
-    signed = json.dumps({"payload": json.loads(body), "key_id": key_id, "sig": signature},
-                        sort_keys=True, separators=(",", ":")).encode().hex()
+    signed = (
+        json.dumps(
+            {"payload": json.loads(body), "key_id": key_id, "sig": signature},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        .encode()
+        .hex()
+    )
     _ledger("signer", LedgerEntry.Operation.SIGN, signed_tx_hash(signed), key_id=key_id)
     return signed
 
@@ -207,24 +247,40 @@ def broadcast(*, signed_payload: str, fault: Fault = NO_FAULT) -> str:
     amount = Decimal(str(payload.get("amount", "0")))
     with transaction.atomic():
         if operation == "burn":
-            _create_tx(chain=payload["chain"], tx_hash=tx_hash, kind=ChainTx.Kind.BURN,
-                       operation=LedgerEntry.Operation.BURN, asset=payload["asset"],
-                       amount=amount, sender=payload.get("from", ""),
-                       recipient=payload.get("to", ""), signed_payload=signed_payload,
-                       detail={"destination_chain": payload.get("destination_chain", "")})
+            _create_tx(
+                chain=payload["chain"],
+                tx_hash=tx_hash,
+                kind=ChainTx.Kind.BURN,
+                operation=LedgerEntry.Operation.BURN,
+                asset=payload["asset"],
+                amount=amount,
+                sender=payload.get("from", ""),
+                recipient=payload.get("to", ""),
+                signed_payload=signed_payload,
+                detail={"destination_chain": payload.get("destination_chain", "")},
+            )
         elif operation == "mint":
-            attestation = Attestation.objects.select_for_update().filter(
-                burn_tx_hash=payload.get("burn_tx_hash", "")
-            ).first()
+            attestation = (
+                Attestation.objects.select_for_update()
+                .filter(burn_tx_hash=payload.get("burn_tx_hash", ""))
+                .first()
+            )
             if attestation is None or attestation.message != payload.get("attestation"):
                 raise VenueRejected("mint refused: no valid attestation for this burn")
             if attestation.used_by_mint and attestation.used_by_mint != tx_hash:
-                raise VenueRejected("mint refused: this burn was already minted",
-                                    minted_by=attestation.used_by_mint)
-            _create_tx(chain=payload["chain"], tx_hash=tx_hash, kind=ChainTx.Kind.MINT,
-                       operation=LedgerEntry.Operation.MINT, asset=payload["asset"],
-                       amount=amount, recipient=payload.get("to", ""),
-                       signed_payload=signed_payload)
+                raise VenueRejected(
+                    "mint refused: this burn was already minted", minted_by=attestation.used_by_mint
+                )
+            _create_tx(
+                chain=payload["chain"],
+                tx_hash=tx_hash,
+                kind=ChainTx.Kind.MINT,
+                operation=LedgerEntry.Operation.MINT,
+                asset=payload["asset"],
+                amount=amount,
+                recipient=payload.get("to", ""),
+                signed_payload=signed_payload,
+            )
             if not attestation.used_by_mint:
                 attestation.used_by_mint = tx_hash
                 attestation.save(update_fields=["used_by_mint"])
@@ -276,8 +332,16 @@ def attestation_status(*, burn_tx_hash: str, fault: Fault = NO_FAULT) -> Attesta
 # --- exchange ---------------------------------------------------------------------------------
 
 
-def withdraw(*, venue: str, client_key: str, asset: str, amount: Decimal, address: str,
-             network: str, fault: Fault = NO_FAULT) -> Withdrawal:
+def withdraw(
+    *,
+    venue: str,
+    client_key: str,
+    asset: str,
+    amount: Decimal,
+    address: str,
+    network: str,
+    fault: Fault = NO_FAULT,
+) -> Withdrawal:
     """Accept a withdrawal once per client key: a replay returns the original withdrawal."""
     ensure_enabled()
     existing = Withdrawal.objects.filter(venue=venue, client_key=client_key).first()
@@ -289,12 +353,24 @@ def withdraw(*, venue: str, client_key: str, asset: str, amount: Decimal, addres
     try:
         with transaction.atomic():
             withdrawal = Withdrawal.objects.create(
-                venue=venue, client_key=client_key,
-                withdrawal_id="wd-" + _sha(venue, client_key)[:24], asset=asset, amount=amount,
-                address=address, network=network,
+                venue=venue,
+                client_key=client_key,
+                withdrawal_id="wd-" + _sha(venue, client_key)[:24],
+                asset=asset,
+                amount=amount,
+                address=address,
+                network=network,
             )
-            _ledger(venue, LedgerEntry.Operation.WITHDRAW, withdrawal.withdrawal_id, asset=asset,
-                    amount=amount, client_key=client_key, address=address, network=network)
+            _ledger(
+                venue,
+                LedgerEntry.Operation.WITHDRAW,
+                withdrawal.withdrawal_id,
+                asset=asset,
+                amount=amount,
+                client_key=client_key,
+                address=address,
+                network=network,
+            )
     except IntegrityError:
         return Withdrawal.objects.get(venue=venue, client_key=client_key)
     _after(fault)
@@ -335,9 +411,13 @@ def withdrawal_status(*, withdrawal_id: str, fault: Fault = NO_FAULT) -> Withdra
         else:
             # We hold the withdrawal's lock and it is still PROCESSING: nobody else sends it.
             tx = _insert_tx(
-                chain=withdrawal.network, tx_hash="0x" + _sha("transfer", withdrawal_id),
-                kind=ChainTx.Kind.TRANSFER, operation=LedgerEntry.Operation.CHAIN_TRANSFER,
-                asset=withdrawal.asset, amount=withdrawal.amount, sender=withdrawal.venue,
+                chain=withdrawal.network,
+                tx_hash="0x" + _sha("transfer", withdrawal_id),
+                kind=ChainTx.Kind.TRANSFER,
+                operation=LedgerEntry.Operation.CHAIN_TRANSFER,
+                asset=withdrawal.asset,
+                amount=withdrawal.amount,
+                sender=withdrawal.venue,
                 recipient=withdrawal.address,
             )
             withdrawal.status = Withdrawal.Status.SENT
@@ -370,10 +450,16 @@ def deposit_status(*, venue: str, tx_hash: str, fault: Fault = NO_FAULT) -> Depo
         return DepositStatus("PENDING", chain)
     try:
         with transaction.atomic():
-            Deposit.objects.create(venue=venue, chain=tx.chain, tx_hash=tx_hash, asset=tx.asset,
-                                   amount=tx.amount)
-            _ledger(venue, LedgerEntry.Operation.DEPOSIT_CREDIT, tx_hash, asset=tx.asset,
-                    amount=tx.amount)
+            Deposit.objects.create(
+                venue=venue, chain=tx.chain, tx_hash=tx_hash, asset=tx.asset, amount=tx.amount
+            )
+            _ledger(
+                venue,
+                LedgerEntry.Operation.DEPOSIT_CREDIT,
+                tx_hash,
+                asset=tx.asset,
+                amount=tx.amount,
+            )
     except IntegrityError:
         pass
     return DepositStatus("CREDITED", chain)

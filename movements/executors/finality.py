@@ -39,12 +39,16 @@ def parse_finality(raw: object, *, source: str = "finality.yaml") -> dict[str, C
                 f"{source}: chain {chain!r} needs exactly 'confirmations' and 'block_seconds'"
             )
         confirmations, block_seconds = entry["confirmations"], entry["block_seconds"]
-        if isinstance(confirmations, bool) or not isinstance(confirmations, int) or (
-            confirmations < 1
+        if (
+            isinstance(confirmations, bool)
+            or not isinstance(confirmations, int)
+            or (confirmations < 1)
         ):
             raise FinalityConfigError(f"{source}: {chain}.confirmations must be an integer >= 1")
-        if isinstance(block_seconds, bool) or not isinstance(block_seconds, int | float) or (
-            block_seconds <= 0
+        if (
+            isinstance(block_seconds, bool)
+            or not isinstance(block_seconds, int | float)
+            or (block_seconds <= 0)
         ):
             raise FinalityConfigError(f"{source}: {chain}.block_seconds must be positive")
         policy[chain] = ChainFinality(chain, confirmations, float(block_seconds))

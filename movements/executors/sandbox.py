@@ -90,8 +90,12 @@ def _reorg_or(ctx: ExecutionContext, status, pending: Observation) -> Observatio
         return Observation(
             ObservedStatus.REORG,
             status.tx_hash,
-            {**status.as_dict(), "reorg": True, "previous_block_hash": ctx.result.get(
-                "block_hash", ""), "previous_confirmations": ctx.result.get("confirmations", 0)},
+            {
+                **status.as_dict(),
+                "reorg": True,
+                "previous_block_hash": ctx.result.get("block_hash", ""),
+                "previous_confirmations": ctx.result.get("confirmations", 0),
+            },
         )
     return pending
 
@@ -129,27 +133,46 @@ class CexWithdraw(Executor):
     def submit(self, ctx: ExecutionContext) -> Submitted:
         venues = _venues()
         withdrawal = _venue_call(
-            venues.withdraw, venue=ctx.config["venue"], client_key=ctx.idempotency_key,
-            asset=ctx.asset, amount=ctx.amount, address=ctx.config["to"],
-            network=ctx.config["network"], fault=_fault(ctx),
+            venues.withdraw,
+            venue=ctx.config["venue"],
+            client_key=ctx.idempotency_key,
+            asset=ctx.asset,
+            amount=ctx.amount,
+            address=ctx.config["to"],
+            network=ctx.config["network"],
+            fault=_fault(ctx),
         )
-        return Submitted(withdrawal.withdrawal_id, done=True,
-                         detail={"withdrawal_id": withdrawal.withdrawal_id,
-                                 "venue": withdrawal.venue})
+        return Submitted(
+            withdrawal.withdrawal_id,
+            done=True,
+            detail={"withdrawal_id": withdrawal.withdrawal_id, "venue": withdrawal.venue},
+        )
 
     def recover(self, ctx: ExecutionContext) -> Recovery:
         venues = _venues()
         if not ctx.idempotency_key:
             return Recovery(RecoveredOutcome.UNRESOLVED, detail={"reason": "no idempotency key"})
-        withdrawal = _venue_call(venues.withdrawal_by_key, venue=ctx.config["venue"],
-                                 client_key=ctx.idempotency_key)
+        withdrawal = _venue_call(
+            venues.withdrawal_by_key, venue=ctx.config["venue"], client_key=ctx.idempotency_key
+        )
         if withdrawal is None:
-            return Recovery(RecoveredOutcome.FAILED, detail={
-                "venue": ctx.config["venue"], "idempotency_key": ctx.idempotency_key,
-                "finding": "the venue has no withdrawal with this key"})
-        return Recovery(RecoveredOutcome.COMPLETED, withdrawal.withdrawal_id, {
-            "withdrawal_id": withdrawal.withdrawal_id, "idempotency_key": ctx.idempotency_key,
-            "finding": "the venue has the withdrawal"})
+            return Recovery(
+                RecoveredOutcome.FAILED,
+                detail={
+                    "venue": ctx.config["venue"],
+                    "idempotency_key": ctx.idempotency_key,
+                    "finding": "the venue has no withdrawal with this key",
+                },
+            )
+        return Recovery(
+            RecoveredOutcome.COMPLETED,
+            withdrawal.withdrawal_id,
+            {
+                "withdrawal_id": withdrawal.withdrawal_id,
+                "idempotency_key": ctx.idempotency_key,
+                "finding": "the venue has the withdrawal",
+            },
+        )
 
 
 @register("cex_withdrawal_observe")
@@ -159,12 +182,17 @@ class CexWithdrawalObserve(Executor):
     def observe(self, ctx: ExecutionContext) -> Observation:
         venues = _venues()
         upstream = _upstream(ctx, key=ctx.config.get("source_node", ""), executor="cex_withdraw")
-        withdrawal = _venue_call(venues.withdrawal_status, withdrawal_id=upstream.external_ref,
-                                 fault=_fault(ctx))
-        detail = {"withdrawal_id": withdrawal.withdrawal_id, "status": withdrawal.status,
-                  "tx_hash": withdrawal.tx_hash}
+        withdrawal = _venue_call(
+            venues.withdrawal_status, withdrawal_id=upstream.external_ref, fault=_fault(ctx)
+        )
+        detail = {
+            "withdrawal_id": withdrawal.withdrawal_id,
+            "status": withdrawal.status,
+            "tx_hash": withdrawal.tx_hash,
+        }
         status = {"SENT": ObservedStatus.COMPLETED, "FAILED": ObservedStatus.FAILED}.get(
-            withdrawal.status, ObservedStatus.PENDING)
+            withdrawal.status, ObservedStatus.PENDING
+        )
         return Observation(status, withdrawal.tx_hash or withdrawal.withdrawal_id, detail)
 
 
@@ -175,15 +203,22 @@ class CexDepositObserve(Executor):
     def observe(self, ctx: ExecutionContext) -> Observation:
         venues = _venues()
         _require_config(ctx, "venue")
-        watched = [n for n in ctx.upstream.values()
-                   if n.executor == "cex_withdrawal_observe" and n.result.get("tx_hash")]
+        watched = [
+            n
+            for n in ctx.upstream.values()
+            if n.executor == "cex_withdrawal_observe" and n.result.get("tx_hash")
+        ]
         # The withdrawal observer already learnt the tx hash; otherwise ask the exchange.
-        tx_hash = watched[0].result["tx_hash"] if watched else _tx_hash_of(
-            ctx, _upstream(ctx, executor="cex_withdraw"))
+        tx_hash = (
+            watched[0].result["tx_hash"]
+            if watched
+            else _tx_hash_of(ctx, _upstream(ctx, executor="cex_withdraw"))
+        )
         if not tx_hash:
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "withdrawal tx"})
-        deposit = _venue_call(venues.deposit_status, venue=ctx.config["venue"], tx_hash=tx_hash,
-                              fault=_fault(ctx))
+        deposit = _venue_call(
+            venues.deposit_status, venue=ctx.config["venue"], tx_hash=tx_hash, fault=_fault(ctx)
+        )
         detail = {**deposit.chain.as_dict(), "deposit": deposit.status}
         if deposit.status == "CREDITED":
             return Observation(ObservedStatus.COMPLETED, tx_hash, detail)
@@ -207,12 +242,16 @@ class ChainTxObserve(Executor):
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "transaction"})
         status = _venue_call(venues.tx_status, tx_hash=tx_hash, fault=_fault(ctx))
         if not status.found:
-            return Observation(ObservedStatus.UNKNOWN, tx_hash,
-                               {**status.as_dict(), "finding": "transaction not found"})
+            return Observation(
+                ObservedStatus.UNKNOWN,
+                tx_hash,
+                {**status.as_dict(), "finding": "transaction not found"},
+            )
         if status.final:
             return Observation(ObservedStatus.COMPLETED, tx_hash, status.as_dict())
-        return _reorg_or(ctx, status,
-                         Observation(ObservedStatus.PENDING, tx_hash, status.as_dict()))
+        return _reorg_or(
+            ctx, status, Observation(ObservedStatus.PENDING, tx_hash, status.as_dict())
+        )
 
 
 class SignedChainAction(Executor):
@@ -235,16 +274,20 @@ class SignedChainAction(Executor):
         venues = _venues()
         if not ctx.signed_payload:
             raise DeterministicError("no signed payload to broadcast")
-        tx_hash = _venue_call(venues.broadcast, signed_payload=ctx.signed_payload,
-                              fault=_fault(ctx))
+        tx_hash = _venue_call(
+            venues.broadcast, signed_payload=ctx.signed_payload, fault=_fault(ctx)
+        )
         return Submitted(tx_hash, detail={"tx_hash": tx_hash, "chain": ctx.config["chain"]})
 
     def observe(self, ctx: ExecutionContext) -> Observation:
         venues = _venues()
         status = _venue_call(venues.tx_status, tx_hash=ctx.external_ref, fault=_fault(ctx))
         if not status.found:
-            return Observation(ObservedStatus.UNKNOWN, ctx.external_ref,
-                               {**status.as_dict(), "finding": "transaction not found"})
+            return Observation(
+                ObservedStatus.UNKNOWN,
+                ctx.external_ref,
+                {**status.as_dict(), "finding": "transaction not found"},
+            )
         pending = Observation(ObservedStatus.PENDING, ctx.external_ref, status.as_dict())
         observation = _reorg_or(ctx, status, pending)
         if observation is pending and status.included:
@@ -254,20 +297,34 @@ class SignedChainAction(Executor):
     def recover(self, ctx: ExecutionContext) -> Recovery:
         venues = _venues()
         if not ctx.signed_payload:
-            return Recovery(RecoveredOutcome.FAILED,
-                            detail={"finding": "nothing was signed, so nothing was broadcast"})
+            return Recovery(
+                RecoveredOutcome.FAILED,
+                detail={"finding": "nothing was signed, so nothing was broadcast"},
+            )
         tx_hash = venues.signed_tx_hash(ctx.signed_payload)
         if _venue_call(venues.is_known, tx_hash=tx_hash):
-            return Recovery(RecoveredOutcome.SUBMITTED, tx_hash,
-                            {"tx_hash": tx_hash, "finding": "the chain has the transaction"})
+            return Recovery(
+                RecoveredOutcome.SUBMITTED,
+                tx_hash,
+                {"tx_hash": tx_hash, "finding": "the chain has the transaction"},
+            )
         try:
             _venue_call(venues.broadcast, signed_payload=ctx.signed_payload)
         except DeterministicError as exc:
-            return Recovery(RecoveredOutcome.FAILED, tx_hash,
-                            {"tx_hash": tx_hash, "finding": exc.message, **exc.evidence})
-        return Recovery(RecoveredOutcome.SUBMITTED, tx_hash, {
-            "tx_hash": tx_hash, "rebroadcast": True,
-            "finding": "not on chain: re-broadcast the persisted signed bytes"})
+            return Recovery(
+                RecoveredOutcome.FAILED,
+                tx_hash,
+                {"tx_hash": tx_hash, "finding": exc.message, **exc.evidence},
+            )
+        return Recovery(
+            RecoveredOutcome.SUBMITTED,
+            tx_hash,
+            {
+                "tx_hash": tx_hash,
+                "rebroadcast": True,
+                "finding": "not on chain: re-broadcast the persisted signed bytes",
+            },
+        )
 
 
 @register("cctp_burn")
@@ -287,10 +344,14 @@ class CctpBurn(SignedChainAction):
 
     def payload(self, ctx: ExecutionContext) -> dict[str, Any]:
         return {
-            "op": "burn", "chain": ctx.config["chain"],
-            "destination_chain": ctx.config["destination_chain"], "asset": ctx.asset,
-            "amount": str(ctx.amount), "from": ctx.config.get("from") or ctx.source,
-            "to": ctx.config["to"], "nonce": ctx.idempotency_key,
+            "op": "burn",
+            "chain": ctx.config["chain"],
+            "destination_chain": ctx.config["destination_chain"],
+            "asset": ctx.asset,
+            "amount": str(ctx.amount),
+            "from": ctx.config.get("from") or ctx.source,
+            "to": ctx.config["to"],
+            "nonce": ctx.idempotency_key,
         }
 
 
@@ -301,14 +362,18 @@ class CctpAttestationObserve(Executor):
     def observe(self, ctx: ExecutionContext) -> Observation:
         venues = _venues()
         burn = _upstream(ctx, key=ctx.config.get("source_node", ""), executor="cctp_burn")
-        result = _venue_call(venues.attestation_status, burn_tx_hash=burn.external_ref,
-                             fault=_fault(ctx))
+        result = _venue_call(
+            venues.attestation_status, burn_tx_hash=burn.external_ref, fault=_fault(ctx)
+        )
         detail: dict[str, Any] = {"burn_tx_hash": burn.external_ref, "status": result.status}
         if result.burn is not None:
             detail.update(confirmations=result.burn.confirmations, required=result.burn.required)
         if result.status == "READY":
-            return Observation(ObservedStatus.COMPLETED, burn.external_ref,
-                               {**detail, "attestation": result.message})
+            return Observation(
+                ObservedStatus.COMPLETED,
+                burn.external_ref,
+                {**detail, "attestation": result.message},
+            )
         if result.status == "FAILED":
             return Observation(ObservedStatus.FAILED, burn.external_ref, detail)
         return Observation(ObservedStatus.PENDING, burn.external_ref, detail)
@@ -332,8 +397,12 @@ class CctpMint(SignedChainAction):
     def payload(self, ctx: ExecutionContext) -> dict[str, Any]:
         attestation = self._attestation(ctx).result
         return {
-            "op": "mint", "chain": ctx.config["chain"], "asset": ctx.asset,
-            "amount": str(ctx.amount), "to": ctx.config["to"],
+            "op": "mint",
+            "chain": ctx.config["chain"],
+            "asset": ctx.asset,
+            "amount": str(ctx.amount),
+            "to": ctx.config["to"],
             "burn_tx_hash": attestation["burn_tx_hash"],
-            "attestation": attestation["attestation"], "nonce": ctx.idempotency_key,
+            "attestation": attestation["attestation"],
+            "nonce": ctx.idempotency_key,
         }

@@ -202,8 +202,13 @@ def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
     actor = _actor(owner)
     request = node.request
     if request.request_state == RS.APPROVED:
-        set_request_state(request=request, new_state=RS.EXECUTING, actor=actor, nodes=[],
-                          detail={"first_dispatch": node.node_key})
+        set_request_state(
+            request=request,
+            new_state=RS.EXECUTING,
+            actor=actor,
+            nodes=[],
+            detail={"first_dispatch": node.node_key},
+        )
     _take_lease(node, owner)
     node.dispatch_count += 1
     node.next_attempt_at = None
@@ -213,8 +218,13 @@ def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
         node.idempotency_key = attempt_idempotency_key(node)
         fields.append("idempotency_key")
     target = NS.OBSERVING if node.kind == NodeKind.OBSERVE else NS.PREPARING
-    set_node_state(node=node, new_state=target, actor=actor, update_fields=fields,
-                   detail={"worker": owner, "dispatch": node.dispatch_count})
+    set_node_state(
+        node=node,
+        new_state=target,
+        actor=actor,
+        update_fields=fields,
+        detail={"worker": owner, "dispatch": node.dispatch_count},
+    )
     return _make_claim(node, owner)
 
 
@@ -266,8 +276,12 @@ def _late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str)
         request = MovementRequest.objects.select_for_update().get(pk=claim.request_id)
         node = MovementRequestNode.objects.get(pk=claim.node_id)
         node.request = request
-        record_event(request=request, node=node, actor=_actor(claim.owner),
-                     detail={"late_result": phase, "outcome": outcome, "reason": reason})
+        record_event(
+            request=request,
+            node=node,
+            actor=_actor(claim.owner),
+            detail={"late_result": phase, "outcome": outcome, "reason": reason},
+        )
     logger.warning("late %s result for node %s dropped: %s", phase, claim.node_id, reason)
 
 
@@ -293,14 +307,22 @@ def _finish(request: MovementRequest, node: MovementRequestNode, actor: Actor) -
         apply_request_state_from_nodes(request, actor=actor)
 
 
-def _move(node: MovementRequestNode, target: NodeState, actor: Actor, *,
-          detail: dict[str, Any] | None = None, fields: list[str] | None = None) -> None:
-    set_node_state(node=node, new_state=target, actor=actor, detail=detail,
-                   update_fields=fields or [])
+def _move(
+    node: MovementRequestNode,
+    target: NodeState,
+    actor: Actor,
+    *,
+    detail: dict[str, Any] | None = None,
+    fields: list[str] | None = None,
+) -> None:
+    set_node_state(
+        node=node, new_state=target, actor=actor, detail=detail, update_fields=fields or []
+    )
 
 
-def _fail_or_retry_before_submit(claim: Claim, exc: BaseException, phase: str,
-                                 expected: tuple) -> None:
+def _fail_or_retry_before_submit(
+    claim: Claim, exc: BaseException, phase: str, expected: tuple
+) -> None:
     """Deterministic -> FAILED; anything else before submit -> READY with backoff (or FAILED
     once the dispatch budget is spent)."""
     actor = _actor(claim.owner)
@@ -346,8 +368,13 @@ def run_action(claim: Claim) -> NodeState | None:
                 _, node = _relock(claim, (NS.PREPARING,))
                 _merge_result(node, prepared.detail)
                 node.lease_expires_at = _lease_until()
-                _move(node, NS.AWAITING_SIGNATURE, actor, detail=prepared.detail,
-                      fields=["result", "lease_expires_at"])
+                _move(
+                    node,
+                    NS.AWAITING_SIGNATURE,
+                    actor,
+                    detail=prepared.detail,
+                    fields=["result", "lease_expires_at"],
+                )
         except LeaseLost as lost:
             _late_result(claim, "prepare", {"prepared": prepared.detail}, str(lost))
             return None
@@ -370,9 +397,13 @@ def run_action(claim: Claim) -> NodeState | None:
             node.signed_payload = signed_payload
             node.lease_expires_at = _lease_until()
             _merge_result(node, detail)
-            _move(node, NS.SUBMITTING, actor,
-                  detail={**detail, "idempotency_key": node.idempotency_key},
-                  fields=["signed_payload", "lease_expires_at", "result"])
+            _move(
+                node,
+                NS.SUBMITTING,
+                actor,
+                detail={**detail, "idempotency_key": node.idempotency_key},
+                fields=["signed_payload", "lease_expires_at", "result"],
+            )
     except LeaseLost as lost:
         _late_result(claim, phase, {"detail": detail, "signed": bool(signed_payload)}, str(lost))
         return None
@@ -386,8 +417,9 @@ def run_action(claim: Claim) -> NodeState | None:
     return _apply_submit(claim, submitted, error)
 
 
-def _apply_submit(claim: Claim, submitted: Submitted | None,
-                  error: BaseException | None) -> NodeState | None:
+def _apply_submit(
+    claim: Claim, submitted: Submitted | None, error: BaseException | None
+) -> NodeState | None:
     actor = _actor(claim.owner)
     try:
         with transaction.atomic():
@@ -400,25 +432,39 @@ def _apply_submit(claim: Claim, submitted: Submitted | None,
                 if target == NS.SUBMITTED:
                     node.next_attempt_at = _poll_after(claim.executor)
                     fields.append("next_attempt_at")
-                _move(node, target, actor,
-                      detail={"external_ref": submitted.external_ref, **submitted.detail},
-                      fields=[*fields, "external_ref", "result"])
+                _move(
+                    node,
+                    target,
+                    actor,
+                    detail={"external_ref": submitted.external_ref, **submitted.detail},
+                    fields=[*fields, "external_ref", "result"],
+                )
             else:
                 node.last_error = _error_detail(error)["error"][:2000]
                 # Deterministic: the venue refused, nothing happened. Anything else during
                 # submit is ambiguous: money may have moved, so recovery must find out.
                 target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
                 node.next_attempt_at = timezone.now()
-                _move(node, target, actor,
-                      detail={"phase": "submit", "ambiguous": target == NS.UNKNOWN,
-                              **_error_detail(error)},
-                      fields=[*fields, "last_error", "next_attempt_at"])
+                _move(
+                    node,
+                    target,
+                    actor,
+                    detail={
+                        "phase": "submit",
+                        "ambiguous": target == NS.UNKNOWN,
+                        **_error_detail(error),
+                    },
+                    fields=[*fields, "last_error", "next_attempt_at"],
+                )
             if target != NS.SUBMITTED:
                 _finish(request, node, actor)
             return target
     except LeaseLost as lost:
-        outcome = ({"external_ref": submitted.external_ref, **submitted.detail}
-                   if submitted is not None else _error_detail(error))
+        outcome = (
+            {"external_ref": submitted.external_ref, **submitted.detail}
+            if submitted is not None
+            else _error_detail(error)
+        )
         _late_result(claim, "submit", outcome, str(lost))
         return None
 
@@ -472,19 +518,27 @@ def run_observe(claim: Claim) -> NodeState | None:
                     node.save(update_fields=[*fields, "updated_at"])
                 return None
             if observation.status == ObservedStatus.REORG:
-                record_event(request=request, node=node, actor=actor,
-                             detail={"reorg": observation.detail})
+                record_event(
+                    request=request, node=node, actor=actor, detail={"reorg": observation.detail}
+                )
             if target == NS.UNKNOWN:
                 node.next_attempt_at = timezone.now()
                 fields.append("next_attempt_at")
-            _move(node, target, actor,
-                  detail={"observed": str(observation.status), **observation.detail},
-                  fields=fields)
+            _move(
+                node,
+                target,
+                actor,
+                detail={"observed": str(observation.status), **observation.detail},
+                fields=fields,
+            )
             _finish(request, node, actor)
             return target
     except LeaseLost as lost:
-        outcome = ({"status": str(observation.status), **observation.detail}
-                   if observation is not None else _error_detail(error))
+        outcome = (
+            {"status": str(observation.status), **observation.detail}
+            if observation is not None
+            else _error_detail(error)
+        )
         _late_result(claim, "observe", outcome, str(lost))
         return None
 
@@ -525,14 +579,21 @@ def run_recover(claim: Claim) -> NodeState | None:
             if target == NS.SUBMITTED:
                 node.next_attempt_at = timezone.now()
                 fields.append("next_attempt_at")
-            _move(node, target, actor,
-                  detail={"resolution": "recovery", **recovery.detail},
-                  fields=[*fields, "external_ref", "result"])
+            _move(
+                node,
+                target,
+                actor,
+                detail={"resolution": "recovery", **recovery.detail},
+                fields=[*fields, "external_ref", "result"],
+            )
             _finish(request, node, actor)
             return target
     except LeaseLost as lost:
-        outcome = ({"outcome": str(recovery.outcome), **recovery.detail}
-                   if recovery is not None else _error_detail(error))
+        outcome = (
+            {"outcome": str(recovery.outcome), **recovery.detail}
+            if recovery is not None
+            else _error_detail(error)
+        )
         _late_result(claim, "recover", outcome, str(lost))
         return None
 
@@ -633,13 +694,18 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
             request = MovementRequest.objects.select_for_update().get(pk=request_pk)
             node = MovementRequestNode.objects.select_for_update(of=("self",)).get(pk=node_pk)
             node.request = request
-            if node.node_state not in REAPED or node.lease_expires_at is None or (
-                node.lease_expires_at > timezone.now()
+            if (
+                node.node_state not in REAPED
+                or node.lease_expires_at is None
+                or (node.lease_expires_at > timezone.now())
             ):
                 continue
             target = REAPED[NodeState(node.node_state)]
-            detail = {"reason": "lease expired", "lease_owner": node.lease_owner,
-                      "lease_expired_at": node.lease_expires_at.isoformat()}
+            detail = {
+                "reason": "lease expired",
+                "lease_owner": node.lease_owner,
+                "lease_expired_at": node.lease_expires_at.isoformat(),
+            }
             fields = _release_lease(node)
             if target == NS.READY:
                 node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)

@@ -34,8 +34,9 @@ def run_workers_once(owner: str = "test-worker") -> int:
 def settle(request: MovementRequest, *, until=None, timeout: float = 10.0) -> MovementRequest:
     """Run the sweeps until the request reaches a state in ``until`` (default: terminal or
     waiting for a human), or fail after ``timeout`` seconds."""
-    targets = set(until or (*TERMINAL_REQUEST_STATES, "MANUAL_INTERVENTION",
-                            "WAITING_MANUAL_ACTION"))
+    targets = set(
+        until or (*TERMINAL_REQUEST_STATES, "MANUAL_INTERVENTION", "WAITING_MANUAL_ACTION")
+    )
     deadline = time.monotonic() + timeout
     while True:
         request.refresh_from_db()
@@ -74,8 +75,9 @@ def assert_history_replays(request: MovementRequest) -> None:
             state = event.new_state
         assert state == node.node_state, (node.node_key, state, node.node_state)
     state = "RECEIVED"
-    for event in request.events.filter(node__isnull=True,
-                                       kind=MovementEvent.Kind.TRANSITION).order_by("id"):
+    for event in request.events.filter(
+        node__isnull=True, kind=MovementEvent.Kind.TRANSITION
+    ).order_by("id"):
         assert event.old_state == state
         assert can_transition_request_state(event.old_state, event.new_state)
         state = event.new_state
@@ -148,15 +150,28 @@ class Cluster:
         log = (self.tmp / f"{name}.log").open("w")
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "qtg", *args],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
     def start_worker(self) -> subprocess.Popen:
         n = len(self.workers) + 1
         worker = self._spawn(
-            f"worker{n}", "worker", "--pool", "solo", "-Q", self.queue, "-n",
-            f"w{n}-{self.queue}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "-l", "INFO",
+            f"worker{n}",
+            "worker",
+            "--pool",
+            "solo",
+            "-Q",
+            self.queue,
+            "-n",
+            f"w{n}-{self.queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
         )
         self.workers.append(worker)
         self._wait_ready(self.tmp / f"worker{n}.log")
@@ -173,8 +188,7 @@ class Cluster:
     def start(self) -> "Cluster":
         for _ in range(self.count):
             self.start_worker()
-        self.beat = self._spawn("beat", "beat", "-s", str(self.tmp / "beat-schedule"),
-                                "-l", "INFO")
+        self.beat = self._spawn("beat", "beat", "-s", str(self.tmp / "beat-schedule"), "-l", "INFO")
         return self
 
     def pids(self) -> set[int]:

@@ -16,30 +16,36 @@ def test_the_shipped_finality_file_gives_every_template_network_a_policy():
     assert all(p.confirmations >= 1 and p.block_seconds > 0 for p in policy.values())
 
 
-@pytest.mark.parametrize("raw", [
-    {"version": 1, "chains": {}},
-    {"version": 2, "chains": {"ethereum": {"confirmations": 12, "block_seconds": 1}}},
-    {"version": 1, "chains": {"ethereum": {"confirmations": 0, "block_seconds": 1}}},
-    {"version": 1, "chains": {"ethereum": {"confirmations": "12", "block_seconds": 1}}},
-    {"version": 1, "chains": {"ethereum": {"confirmations": 12}}},
-    {"version": 1, "chains": {"Ethereum": {"confirmations": 12, "block_seconds": 1}}},
-    {"version": 1, "chains": {"ethereum": {"confirmations": 12, "block_seconds": -1}}},
-    {"chains": {}},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"version": 1, "chains": {}},
+        {"version": 2, "chains": {"ethereum": {"confirmations": 12, "block_seconds": 1}}},
+        {"version": 1, "chains": {"ethereum": {"confirmations": 0, "block_seconds": 1}}},
+        {"version": 1, "chains": {"ethereum": {"confirmations": "12", "block_seconds": 1}}},
+        {"version": 1, "chains": {"ethereum": {"confirmations": 12}}},
+        {"version": 1, "chains": {"Ethereum": {"confirmations": 12, "block_seconds": 1}}},
+        {"version": 1, "chains": {"ethereum": {"confirmations": 12, "block_seconds": -1}}},
+        {"chains": {}},
+    ],
+)
 def test_a_malformed_finality_policy_is_refused(raw):
     with pytest.raises(FinalityConfigError):
         parse_finality(raw)
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("", Fault()),
-    ("fail", Fault("fail")),
-    ("submit_timeout_landed", Fault("submit_timeout_landed")),
-    ("submit_timeout_lost", Fault("submit_timeout_lost")),
-    ("observe_fail", Fault("observe_fail")),
-    ("reorg", Fault("reorg")),
-    ("delay:2.5", Fault("delay", 2.5)),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("", Fault()),
+        ("fail", Fault("fail")),
+        ("submit_timeout_landed", Fault("submit_timeout_landed")),
+        ("submit_timeout_lost", Fault("submit_timeout_lost")),
+        ("observe_fail", Fault("observe_fail")),
+        ("reorg", Fault("reorg")),
+        ("delay:2.5", Fault("delay", 2.5)),
+    ],
+)
 def test_the_sandbox_fault_names_parse(raw, expected):
     assert parse_fault(raw) == expected
 
@@ -52,9 +58,13 @@ def test_an_unknown_or_malformed_fault_is_refused(raw):
 
 def test_the_periodic_task_names_are_pinned():
     app.loader.import_default_modules()
-    for name in ("movements.dispatch_ready", "movements.observe_submitted",
-                 "movements.recover_unknown", "movements.reap_leases",
-                 "movements.expire_approvals"):
+    for name in (
+        "movements.dispatch_ready",
+        "movements.observe_submitted",
+        "movements.recover_unknown",
+        "movements.reap_leases",
+        "movements.expire_approvals",
+    ):
         assert name in app.tasks, name
 
 
@@ -77,7 +87,10 @@ def test_seeding_the_demo_twice_creates_users_and_movements_once(capsys):
     second = capsys.readouterr().out
 
     assert set(User.objects.values_list("username", flat=True)) >= {
-        "admin", "operator", "supervisor"}
+        "admin",
+        "operator",
+        "supervisor",
+    }
     assert MovementRequest.objects.count() == 10
     assert MovementRequest.objects.filter(request_state="APPROVED").count() == 9
     assert "password" in first and "(unchanged" in second

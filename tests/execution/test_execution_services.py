@@ -27,7 +27,12 @@ def test_the_cex_lane_runs_every_node_along_the_spec_path_to_completed(make_move
 
     assert request.request_state == RequestState.COMPLETED
     assert node_path(request, "withdraw") == [
-        "BLOCKED", "READY", "PREPARING", "SUBMITTING", "COMPLETED"]
+        "BLOCKED",
+        "READY",
+        "PREPARING",
+        "SUBMITTING",
+        "COMPLETED",
+    ]
     assert node_path(request, "withdraw_observe") == ["BLOCKED", "READY", "OBSERVING", "COMPLETED"]
     assert node_path(request, "deposit_observe") == ["BLOCKED", "READY", "OBSERVING", "COMPLETED"]
     assert len(ledger("withdraw")) == 1
@@ -102,25 +107,30 @@ def test_a_manual_gate_is_never_dispatched_and_waits_for_an_operator(make_moveme
 def test_a_submit_timeout_that_landed_is_recovered_to_completed_with_one_side_effect(
     make_movement,
 ):
-    request = make_movement(params={"sandbox": {"withdraw": "submit_timeout_landed"}},
-                            approve=True)
+    request = make_movement(params={"sandbox": {"withdraw": "submit_timeout_landed"}}, approve=True)
 
     request = settle(request)
 
     assert request.request_state == RequestState.COMPLETED
     assert node_path(request, "withdraw") == [
-        "BLOCKED", "READY", "PREPARING", "SUBMITTING", "UNKNOWN", "COMPLETED"]
+        "BLOCKED",
+        "READY",
+        "PREPARING",
+        "SUBMITTING",
+        "UNKNOWN",
+        "COMPLETED",
+    ]
     assert len(ledger("withdraw")) == 1
     assert node(request, "withdraw").dispatch_count == 1
-    recovered = MovementEvent.objects.get(node__node_key="withdraw", request=request,
-                                          new_state="COMPLETED")
+    recovered = MovementEvent.objects.get(
+        node__node_key="withdraw", request=request, new_state="COMPLETED"
+    )
     assert recovered.detail["resolution"] == "recovery"
     assert_history_replays(request)
 
 
 def test_a_submit_timeout_that_was_lost_is_recovered_to_failed(make_movement):
-    request = make_movement(params={"sandbox": {"withdraw": "submit_timeout_lost"}},
-                            approve=True)
+    request = make_movement(params={"sandbox": {"withdraw": "submit_timeout_lost"}}, approve=True)
 
     request = settle(request)
 
@@ -148,14 +158,22 @@ def test_a_reorg_is_recorded_with_evidence_and_reconciled_through_unknown(make_m
     assert request.request_state == RequestState.COMPLETED
     path = node_path(request, "deposit_observe")
     assert "UNKNOWN" in path and path[-1] == "COMPLETED"
-    reorg = MovementEvent.objects.get(request=request, node_key="deposit_observe",
-                                      kind=MovementEvent.Kind.RECORD, detail__has_key="reorg")
+    reorg = MovementEvent.objects.get(
+        request=request,
+        node_key="deposit_observe",
+        kind=MovementEvent.Kind.RECORD,
+        detail__has_key="reorg",
+    )
     assert reorg.detail["reorg"]["reorg_count"] == 1
     assert reorg.detail["reorg"]["previous_block_hash"] or reorg.detail["reorg"]["tx_hash"]
     # Money was in flight (withdraw completed): the request waited in MANUAL_INTERVENTION
     # while the deposit was UNKNOWN, and finished on its own once recovery found the tx.
-    request_path = [e.new_state for e in request.events.filter(
-        node__isnull=True, kind=MovementEvent.Kind.TRANSITION).order_by("id")]
+    request_path = [
+        e.new_state
+        for e in request.events.filter(
+            node__isnull=True, kind=MovementEvent.Kind.TRANSITION
+        ).order_by("id")
+    ]
     assert "MANUAL_INTERVENTION" in request_path and request_path[-1] == "COMPLETED"
     assert len(ledger("deposit_credit")) == 1
     assert len(ledger("reorg")) == 1
@@ -168,16 +186,23 @@ def test_cctp_signs_each_action_once_and_completes(make_movement):
 
     assert request.request_state == RequestState.COMPLETED
     assert node_path(request, "burn") == [
-        "BLOCKED", "READY", "PREPARING", "AWAITING_SIGNATURE", "SUBMITTING", "SUBMITTED",
-        "COMPLETED"]
+        "BLOCKED",
+        "READY",
+        "PREPARING",
+        "AWAITING_SIGNATURE",
+        "SUBMITTING",
+        "SUBMITTED",
+        "COMPLETED",
+    ]
     assert len(ledger("sign")) == 2
     assert len(ledger("burn")) == 1 and len(ledger("mint")) == 1
     assert_history_replays(request)
 
 
 def test_a_lost_broadcast_is_recovered_by_rebroadcasting_the_persisted_bytes(make_movement):
-    request = make_movement("cctp", params={"sandbox": {"burn": "submit_timeout_lost"}},
-                            approve=True)
+    request = make_movement(
+        "cctp", params={"sandbox": {"burn": "submit_timeout_lost"}}, approve=True
+    )
     execution.dispatch_ready_nodes(owner="w1")
     burn = node(request, "burn")
     assert burn.node_state == NodeState.UNKNOWN
@@ -257,7 +282,8 @@ def test_a_node_left_preparing_by_a_dead_worker_goes_back_to_ready(make_movement
     request = make_movement(approve=True)
     execution.claim_ready_node(owner="dead-worker")
     MovementRequestNode.objects.filter(request=request, node_key="withdraw").update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1))
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
 
     assert execution.reap_expired_leases() == 1
 
@@ -278,12 +304,18 @@ def test_a_node_left_submitting_by_a_dead_worker_is_recovered_never_resubmitted(
 
     with pytest.raises(SystemExit):
         execution.run_action(claim)
-    venues.withdraw(venue="sandbox-exchange-a", client_key=withdraw.idempotency_key,
-                    asset="USDC", amount=request.amount, address="sandbox-exchange-b",
-                    network="ethereum")
+    venues.withdraw(
+        venue="sandbox-exchange-a",
+        client_key=withdraw.idempotency_key,
+        asset="USDC",
+        amount=request.amount,
+        address="sandbox-exchange-b",
+        network="ethereum",
+    )
     assert node(request, "withdraw").node_state == NodeState.SUBMITTING
     MovementRequestNode.objects.filter(pk=withdraw.pk).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1))
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
 
     request = settle(request)
 
@@ -302,7 +334,8 @@ def test_a_result_that_arrives_after_the_lease_was_reaped_is_recorded_not_applie
 
     def slow_prepare(ctx):
         MovementRequestNode.objects.filter(pk=claim.node_id).update(
-            lease_expires_at=timezone.now() - timedelta(seconds=1))
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
         execution.reap_expired_leases()
         return original_prepare(ctx)
 
@@ -311,14 +344,13 @@ def test_a_result_that_arrives_after_the_lease_was_reaped_is_recorded_not_applie
 
     assert node(request, "withdraw").node_state == NodeState.READY
     assert ledger("withdraw") == []
-    late = MovementEvent.objects.get(request=request, kind=MovementEvent.Kind.RECORD,
-                                     detail__has_key="late_result")
+    late = MovementEvent.objects.get(
+        request=request, kind=MovementEvent.Kind.RECORD, detail__has_key="late_result"
+    )
     assert late.detail["late_result"] == "prepare"
 
 
-def test_observation_continues_while_the_request_is_in_manual_intervention(
-    make_movement, settings
-):
+def test_observation_continues_while_the_request_is_in_manual_intervention(make_movement, settings):
     settings.QTG_SANDBOX_TIME_SCALE = 0.05  # the re-mined tx is not final at once
     request = make_movement(params={"sandbox": {"deposit_observe": "reorg"}}, approve=True)
     for _ in range(500):
@@ -363,4 +395,3 @@ def test_the_sandbox_refuses_to_act_when_switched_off(make_movement, settings):
 
     assert request.request_state == RequestState.FAILED
     assert "switched off" in node(request, "withdraw").last_error
-

@@ -18,15 +18,26 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-SETTLED = {RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION,
-           RequestState.EXPIRED, RequestState.WAITING_MANUAL_ACTION}
+SETTLED = {
+    RequestState.COMPLETED,
+    RequestState.FAILED,
+    RequestState.MANUAL_INTERVENTION,
+    RequestState.EXPIRED,
+    RequestState.WAITING_MANUAL_ACTION,
+}
 
 
 def create(creator, template="cex_to_cex", *, faults=None, approve=True, **extra):
     params = {"sandbox": faults} if faults else {}
     request = movement_create(
-        template=template, asset="USDC", amount="125.50", source="sandbox-exchange-a",
-        destination="sandbox-exchange-b", params=params, actor=Actor.for_user(creator), **extra,
+        template=template,
+        asset="USDC",
+        amount="125.50",
+        source="sandbox-exchange-a",
+        destination="sandbox-exchange-b",
+        params=params,
+        actor=Actor.for_user(creator),
+        **extra,
     )
     if approve:
         movement_approve(request=request, actor=Actor.system("tests-approver"))
@@ -38,9 +49,12 @@ def settled(request, states=SETTLED, timeout=60):
         request.refresh_from_db()
         return request.request_state in states
 
-    wait_for(check, timeout=timeout,
-             message=f"request stayed {request.request_state}: "
-                     f"{dict(request.nodes.values_list('node_key', 'node_state'))}")
+    wait_for(
+        check,
+        timeout=timeout,
+        message=f"request stayed {request.request_state}: "
+        f"{dict(request.nodes.values_list('node_key', 'node_state'))}",
+    )
     return request
 
 
@@ -64,9 +78,7 @@ def test_a_failed_withdraw_ends_failed(cluster, creator):
     assert ledger("withdraw") == []
 
 
-def test_a_failed_deposit_after_a_completed_withdraw_ends_in_manual_intervention(
-    cluster, creator
-):
+def test_a_failed_deposit_after_a_completed_withdraw_ends_in_manual_intervention(cluster, creator):
     request = settled(create(creator, faults={"deposit_observe": "observe_fail"}))
 
     assert request.request_state == RequestState.MANUAL_INTERVENTION
@@ -86,8 +98,9 @@ def test_a_manual_gate_waits_until_an_operator_resumes_it(cluster, creator, oper
     assert node(request, "manual_release").node_state == NodeState.READY
 
     manual_gate_resume(request=request, actor=Actor.for_user(operator))
-    request = settled(request, {RequestState.COMPLETED, RequestState.FAILED,
-                                RequestState.MANUAL_INTERVENTION})
+    request = settled(
+        request, {RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION}
+    )
 
     assert request.request_state == RequestState.COMPLETED
 
@@ -119,21 +132,21 @@ def test_an_approval_past_its_expiry_ends_expired(cluster, creator):
     assert set(request.nodes.values_list("node_state", flat=True)) == {NodeState.CANCELLED}
 
 
-def test_several_workers_over_hundreds_of_movements_do_every_side_effect_once(
-    cluster, creator
-):
+def test_several_workers_over_hundreds_of_movements_do_every_side_effect_once(cluster, creator):
     assert len(cluster.pids()) >= 2
     requests = [create(creator) for _ in range(200)]
 
     wait_for(
         lambda: not MovementRequest.objects.exclude(request_state__in=SETTLED).exists(),
-        timeout=240, interval=1,
-        message="movements still running: " + str(
-            MovementRequest.objects.exclude(request_state__in=SETTLED).count()),
+        timeout=240,
+        interval=1,
+        message="movements still running: "
+        + str(MovementRequest.objects.exclude(request_state__in=SETTLED).count()),
     )
 
     assert set(MovementRequest.objects.values_list("request_state", flat=True)) == {
-        RequestState.COMPLETED}
+        RequestState.COMPLETED
+    }
     for operation in ("withdraw", "chain_transfer", "deposit_credit"):
         entries = ledger(operation)
         assert len(entries) == len(requests), operation
@@ -152,9 +165,13 @@ def test_a_worker_killed_while_submitting_leaves_the_node_to_recovery_not_resubm
     # The venue carries the withdrawal out, then takes 60 s to answer: long enough to kill.
     request = create(creator, faults={"withdraw": "delay:60"})
     withdraw = wait_for(
-        lambda: MovementRequestNode.objects.filter(
-            request=request, node_key="withdraw", node_state=NodeState.SUBMITTING
-        ).first() if ledger("withdraw") else None,
+        lambda: (
+            MovementRequestNode.objects.filter(
+                request=request, node_key="withdraw", node_state=NodeState.SUBMITTING
+            ).first()
+            if ledger("withdraw")
+            else None
+        ),
         timeout=30,
     )
     pid = int(withdraw.lease_owner.split(":")[1])

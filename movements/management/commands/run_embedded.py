@@ -10,6 +10,7 @@ import time
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from kombu.utils.url import maybe_sanitize_url
 
 
 class Command(BaseCommand):
@@ -30,11 +31,33 @@ class Command(BaseCommand):
         pool = ["--pool", "solo"] if not settings.DB_IS_POSTGRES else ["--concurrency", "2"]
         commands = {
             "web": [python, "manage.py", "runserver", addr, "--noreload"],
-            "worker": [python, "-m", "celery", "-A", "qtg", "worker", *pool, "-l", "INFO",
-                       "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip",
-                       "--without-mingle"],
-            "beat": [python, "-m", "celery", "-A", "qtg", "beat", "-l", "INFO",
-                     "-s", os.path.join(var, "celerybeat-schedule")],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "qtg",
+                "worker",
+                *pool,
+                "-l",
+                "INFO",
+                "-Q",
+                settings.CELERY_TASK_DEFAULT_QUEUE,
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            "beat": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "qtg",
+                "beat",
+                "-l",
+                "INFO",
+                "-s",
+                os.path.join(var, "celerybeat-schedule"),
+            ],
         }
         children: dict[str, subprocess.Popen] = {}
         stopping = False
@@ -47,15 +70,19 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         for name, command in commands.items():
             # Own process group: Ctrl-C reaches us only, and we stop the children in order.
-            children[name] = subprocess.Popen(command, cwd=settings.BASE_DIR,
-                                              start_new_session=True)
-        self.stdout.write(self.style.SUCCESS(
-            f"\nQTG is running: http://{addr}/admin/  (API: http://{addr}/api/v1/)\n"
-            f"Log in as operator (approve, release gates) or supervisor (rescue) with the\n"
-            f"passwords printed above; admin is a superuser. Broker: {settings.CELERY_BROKER_URL}"
-            f"\nDatabase: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}. "
-            f"Ctrl-C stops web, worker and beat.\n"
-        ))
+            children[name] = subprocess.Popen(
+                command, cwd=settings.BASE_DIR, start_new_session=True
+            )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nQTG is running: http://{addr}/admin/  (API: http://{addr}/api/v1/)\n"
+                f"Log in as operator (approve, release gates) or supervisor (rescue) with the\n"
+                f"passwords printed above; admin is a superuser.\n"
+                f"Broker: {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; "
+                f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}. "
+                f"Ctrl-C stops web, worker and beat.\n"
+            )
+        )
         try:
             while not stopping:
                 for name, child in children.items():

@@ -14,37 +14,75 @@ from movements.services import movement_approve, movement_create
 from movements.states import RequestState
 
 OPERATOR_PERMS = (
-    "view_movementrequest", "approve_movement", "reject_movement", "resume_manual_gate",
+    "view_movementrequest",
+    "approve_movement",
+    "reject_movement",
+    "resume_manual_gate",
     "cancel_movement",
 )
 SUPERVISOR_PERMS = (
-    *OPERATOR_PERMS, "resolve_unknown_node", "resume_intervention", "retry_node",
-    "force_complete_movement", "force_fail_movement",
+    *OPERATOR_PERMS,
+    "resolve_unknown_node",
+    "resume_intervention",
+    "retry_node",
+    "force_complete_movement",
+    "force_fail_movement",
 )
 
 # (idempotency key, template, amount, params, approve?, what an operator will see)
 DEMO_MOVEMENTS: list[tuple[str, str, str, dict[str, Any], bool, str]] = [
     ("demo-cex-1", "cex_to_cex", "2500.00", {}, True, "completes on its own"),
-    ("demo-cex-slow", "cex_to_cex", "980.25", {"sandbox": {"withdraw_observe": "delay:40"}}, True,
-     "the exchange takes 40 s to send the withdrawal"),
+    (
+        "demo-cex-slow",
+        "cex_to_cex",
+        "980.25",
+        {"sandbox": {"withdraw_observe": "delay:40"}},
+        True,
+        "the exchange takes 40 s to send the withdrawal",
+    ),
     ("demo-cctp", "cctp", "15000.00", {}, True, "CCTP burn, attestation, mint"),
     ("demo-split", "split_join", "730.00", {}, True, "exchange and chain watched in parallel"),
     ("demo-gated", "cex_to_cex_gated", "5200.00", {}, True, "waits for an operator at the gate"),
-    ("demo-timeout", "cex_to_cex", "410.00", {"sandbox": {"withdraw": "submit_timeout_landed"}},
-     True, "submit times out, recovery finds the withdrawal"),
-    ("demo-reorg", "cex_to_cex", "640.00", {"sandbox": {"deposit_observe": "reorg"}}, True,
-     "a reorg while the deposit is watched"),
-    ("demo-deposit-fails", "cex_to_cex", "320.00",
-     {"sandbox": {"deposit_observe": "observe_fail"}}, True, "ends in MANUAL_INTERVENTION"),
-    ("demo-rejected-by-venue", "cex_to_cex", "77.00", {"sandbox": {"withdraw": "fail"}}, True,
-     "the exchange refuses: FAILED, nothing moved"),
+    (
+        "demo-timeout",
+        "cex_to_cex",
+        "410.00",
+        {"sandbox": {"withdraw": "submit_timeout_landed"}},
+        True,
+        "submit times out, recovery finds the withdrawal",
+    ),
+    (
+        "demo-reorg",
+        "cex_to_cex",
+        "640.00",
+        {"sandbox": {"deposit_observe": "reorg"}},
+        True,
+        "a reorg while the deposit is watched",
+    ),
+    (
+        "demo-deposit-fails",
+        "cex_to_cex",
+        "320.00",
+        {"sandbox": {"deposit_observe": "observe_fail"}},
+        True,
+        "ends in MANUAL_INTERVENTION",
+    ),
+    (
+        "demo-rejected-by-venue",
+        "cex_to_cex",
+        "77.00",
+        {"sandbox": {"withdraw": "fail"}},
+        True,
+        "the exchange refuses: FAILED, nothing moved",
+    ),
     ("demo-pending", "cex_to_cex", "12000.00", {}, False, "waits for your approval"),
 ]
 
 
 def _perms(codenames) -> list[Permission]:
-    return list(Permission.objects.filter(content_type__app_label="movements",
-                                          codename__in=codenames))
+    return list(
+        Permission.objects.filter(content_type__app_label="movements", codename__in=codenames)
+    )
 
 
 def seed_demo_hardcaps() -> None:
@@ -60,17 +98,24 @@ class Command(BaseCommand):
     help = "Create the demo users (printing their passwords) and demo movements."
 
     def add_arguments(self, parser):
-        parser.add_argument("--reset-passwords", action="store_true",
-                            help="give existing demo users new passwords (and print them)")
+        parser.add_argument(
+            "--reset-passwords",
+            action="store_true",
+            help="give existing demo users new passwords (and print them)",
+        )
 
     def _user(self, username: str, *, perms=(), superuser=False, reset=False):
         user = User.objects.filter(username=username).first()
         password = None
         if user is None:
             password = secrets.token_urlsafe(9)
-            user = User.objects.create_user(username=username, password=password,
-                                            email=f"{username}@qtg.invalid", is_staff=True,
-                                            is_superuser=superuser)
+            user = User.objects.create_user(
+                username=username,
+                password=password,
+                email=f"{username}@qtg.invalid",
+                is_staff=True,
+                is_superuser=superuser,
+            )
         elif reset:
             password = secrets.token_urlsafe(9)
             user.set_password(password)
@@ -93,9 +138,14 @@ class Command(BaseCommand):
         for key, template, amount, params, approve, note in DEMO_MOVEMENTS:
             try:
                 request = movement_create(
-                    template=template, asset="USDC", amount=amount,
-                    source="sandbox-exchange-a", destination="sandbox-exchange-b",
-                    params=params, idempotency_key=key, actor=Actor.for_user(operator),
+                    template=template,
+                    asset="USDC",
+                    amount=amount,
+                    source="sandbox-exchange-a",
+                    destination="sandbox-exchange-b",
+                    params=params,
+                    idempotency_key=key,
+                    actor=Actor.for_user(operator),
                 )
                 if request.replayed:
                     continue
