@@ -36,7 +36,6 @@ from django.utils import timezone
 from movements.actors import Actor
 from movements.executors import get_executor
 from movements.executors.base import (
-    AmbiguousError,
     DeterministicError,
     ExecutionContext,
     Executor,
@@ -719,7 +718,6 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
 
 
 __all__ = [
-    "AmbiguousError",
     "Claim",
     "LeaseLost",
     "attempt_idempotency_key",

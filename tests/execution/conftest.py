@@ -1,7 +1,13 @@
 """Fixtures for the execution tests: fast sandbox chains, and helpers that drive the workers'
 services in-process until a movement settles."""
 
+import os
+import signal
+import subprocess
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -92,12 +98,6 @@ def ledger(operation: str, **filters) -> list:
 
 # --- real worker processes --------------------------------------------------------------------
 
-import os  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import uuid  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 # Fast ticks and chains so a lane settles in seconds (the beat schedule reads these).
