@@ -67,6 +67,10 @@ class DeliveryAttemptInline(admin.TabularInline):
               "response_excerpt")
     readonly_fields = fields
 
+    def has_view_permission(self, request, obj=None) -> bool:
+        # Whoever may see the parent row sees its whole history.
+        return request.user.has_perm("callbacks.view_delivery")
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 

@@ -47,6 +47,10 @@ class ReservationEventInline(admin.TabularInline):
               "reason")
     readonly_fields = fields
 
+    def has_view_permission(self, request, obj=None) -> bool:
+        # Whoever may see the parent row sees its whole history.
+        return request.user.has_perm("reservations.view_reservation")
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
