@@ -18,8 +18,11 @@ from movements.exceptions import QTGError
 
 
 class SubscriptionForm(forms.ModelForm):
-    url = forms.URLField(max_length=500, assume_scheme="https",
-                         help_text="http(s) endpoint that receives the signed POSTs.")
+    url = forms.URLField(
+        max_length=500,
+        assume_scheme="https",
+        help_text="http(s) endpoint that receives the signed POSTs.",
+    )
     event_types = forms.MultipleChoiceField(
         choices=[(event, event) for event in EVENT_TYPES],
         widget=forms.CheckboxSelectMultiple,
@@ -40,9 +43,15 @@ class SubscriptionAdmin(admin.ModelAdmin):
     search_fields = ("name", "url")
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
-            pending_count=Count("deliveries", filter=Q(deliveries__status=DeliveryStatus.PENDING)),
-            dead_count=Count("deliveries", filter=Q(deliveries__status=DeliveryStatus.DEAD)),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                pending_count=Count(
+                    "deliveries", filter=Q(deliveries__status=DeliveryStatus.PENDING)
+                ),
+                dead_count=Count("deliveries", filter=Q(deliveries__status=DeliveryStatus.DEAD)),
+            )
         )
 
     @admin.display(description="event types")
@@ -63,8 +72,15 @@ class DeliveryAttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ("-started_at", "-id")
-    fields = ("number", "started_at", "duration_ms", "status_code", "succeeded", "error",
-              "response_excerpt")
+    fields = (
+        "number",
+        "started_at",
+        "duration_ms",
+        "status_code",
+        "succeeded",
+        "error",
+        "response_excerpt",
+    )
     readonly_fields = fields
 
     def has_view_permission(self, request, obj=None) -> bool:
@@ -83,16 +99,41 @@ class DeliveryAttemptInline(admin.TabularInline):
 
 @admin.register(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
-    list_display = ("short_id", "event_type", "subscription", "movement", "status", "attempts",
-                    "next_attempt_at", "last_status_code", "created_at")
+    list_display = (
+        "short_id",
+        "event_type",
+        "subscription",
+        "movement",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "last_status_code",
+        "created_at",
+    )
     list_filter = ("status", "event_type", "subscription")
     search_fields = ("id", "event_id", "request__id")
     list_select_related = ("subscription", "request")
     date_hierarchy = "created_at"
-    fields = ("id", "event_id", "event_type", "subscription", "request", "status", "attempts",
-              "next_attempt_at", "enqueued_at", "last_attempt_at", "last_status_code",
-              "last_error", "delivered_at", "redelivered_at", "redelivered_by", "occurred_at",
-              "created_at", "pretty_body")
+    fields = (
+        "id",
+        "event_id",
+        "event_type",
+        "subscription",
+        "request",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "enqueued_at",
+        "last_attempt_at",
+        "last_status_code",
+        "last_error",
+        "delivered_at",
+        "redelivered_at",
+        "redelivered_by",
+        "occurred_at",
+        "created_at",
+        "pretty_body",
+    )
     readonly_fields = fields
     inlines = [DeliveryAttemptInline]
     actions = ["redeliver_selected"]
@@ -125,8 +166,9 @@ class DeliveryAdmin(admin.ModelAdmin):
             text = obj.body
         return format_html("<pre>{}</pre>", text)
 
-    @admin.action(description="Redeliver selected dead or delivered deliveries…",
-                  permissions=["redeliver"])
+    @admin.action(
+        description="Redeliver selected dead or delivered deliveries…", permissions=["redeliver"]
+    )
     def redeliver_selected(self, request, queryset):
         eligible = queryset.exclude(status=DeliveryStatus.PENDING)
         if request.POST.get("post"):
@@ -139,8 +181,7 @@ class DeliveryAdmin(admin.ModelAdmin):
                 except QTGError as exc:
                     self.message_user(request, f"{delivery}: {exc.message}", messages.ERROR)
             if done:
-                self.message_user(request, f"Queued {done} delivery(ies) again.",
-                                  messages.SUCCESS)
+                self.message_user(request, f"Queued {done} delivery(ies) again.", messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),

@@ -62,8 +62,15 @@ def backoff_delay(attempts: int) -> timedelta:
     return timedelta(seconds=delay * random.uniform(1.0, 1.1))
 
 
-def _body(*, delivery_id: uuid.UUID, event_id: uuid.UUID, event_type: str,
-          request: MovementRequest, occurred_at, data: dict[str, Any]) -> str:
+def _body(
+    *,
+    delivery_id: uuid.UUID,
+    event_id: uuid.UUID,
+    event_type: str,
+    request: MovementRequest,
+    occurred_at,
+    data: dict[str, Any],
+) -> str:
     payload = {
         "id": str(delivery_id),
         "event_id": str(event_id),
@@ -92,12 +99,14 @@ def _queue(ids: Iterable[Any]) -> None:
         try:
             deliver.delay(str(pk))
         except Exception:
-            logger.warning("could not queue callback delivery %s; the sweep will", pk,
-                           exc_info=True)
+            logger.warning(
+                "could not queue callback delivery %s; the sweep will", pk, exc_info=True
+            )
 
 
-def callback_enqueue(*, request: MovementRequest, event_type: str,
-                     data: dict[str, Any] | None = None) -> list[Delivery]:
+def callback_enqueue(
+    *, request: MovementRequest, event_type: str, data: dict[str, Any] | None = None
+) -> list[Delivery]:
     """Record the event for every active subscription that wants it, in the caller's
     transaction; delivery tasks are queued only after it commits."""
     if event_type not in EVENT_TYPES:
@@ -110,19 +119,27 @@ def callback_enqueue(*, request: MovementRequest, event_type: str,
     deliveries = []
     for subscription in subscriptions:
         delivery_id = uuid.uuid4()
-        deliveries.append(Delivery(
-            id=delivery_id,
-            event_id=event_id,
-            subscription=subscription,
-            request=request,
-            event_type=event_type,
-            body=_body(delivery_id=delivery_id, event_id=event_id, event_type=event_type,
-                       request=request, occurred_at=now, data=data or {}),
-            occurred_at=now,
-            created_at=now,
-            next_attempt_at=now,
-            enqueued_at=now,
-        ))
+        deliveries.append(
+            Delivery(
+                id=delivery_id,
+                event_id=event_id,
+                subscription=subscription,
+                request=request,
+                event_type=event_type,
+                body=_body(
+                    delivery_id=delivery_id,
+                    event_id=event_id,
+                    event_type=event_type,
+                    request=request,
+                    occurred_at=now,
+                    data=data or {},
+                ),
+                occurred_at=now,
+                created_at=now,
+                next_attempt_at=now,
+                enqueued_at=now,
+            )
+        )
     Delivery.objects.bulk_create(deliveries)
     ids = [d.pk for d in deliveries]
     transaction.on_commit(lambda: _queue(ids))
@@ -137,8 +154,11 @@ def deliveries_enqueue_due(*, limit: int = 500) -> int:
     with transaction.atomic():
         ids = list(
             Delivery.objects.select_for_update(skip_locked=True)
-            .filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
-                    subscription__is_active=True)
+            .filter(
+                status=DeliveryStatus.PENDING,
+                next_attempt_at__lte=now,
+                subscription__is_active=True,
+            )
             .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lte=requeue_before))
             .order_by("next_attempt_at")
             .values_list("pk", flat=True)[:limit]
@@ -175,8 +195,12 @@ def _claim(delivery_id: Any) -> _Claim | None:
         delivery = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("subscription")
-            .filter(pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
-                    subscription__is_active=True)
+            .filter(
+                pk=delivery_id,
+                status=DeliveryStatus.PENDING,
+                next_attempt_at__lte=now,
+                subscription__is_active=True,
+            )
             .first()
         )
         if delivery is None:
@@ -186,12 +210,18 @@ def _claim(delivery_id: Any) -> _Claim | None:
         # The lease: nobody else picks the row up while this attempt is on the wire; if the
         # worker dies, the delivery simply falls due again.
         delivery.next_attempt_at = now + timedelta(seconds=timeout * 2 + 30)
-        delivery.save(update_fields=["attempts", "last_attempt_at", "next_attempt_at",
-                                     "updated_at"])
+        delivery.save(
+            update_fields=["attempts", "last_attempt_at", "next_attempt_at", "updated_at"]
+        )
         subscription = delivery.subscription
-        return _Claim(delivery_id=delivery.pk, number=delivery.attempts, url=subscription.url,
-                      secret=subscription.secret, event_type=delivery.event_type,
-                      body=delivery.body.encode())
+        return _Claim(
+            delivery_id=delivery.pk,
+            number=delivery.attempts,
+            url=subscription.url,
+            secret=subscription.secret,
+            event_type=delivery.event_type,
+            body=delivery.body.encode(),
+        )
 
 
 def _post(claim: _Claim) -> _Outcome:
@@ -207,16 +237,19 @@ def _post(claim: _Claim) -> _Outcome:
         signing.HEADER_EVENT: claim.event_type,
         signing.HEADER_DELIVERY: str(claim.delivery_id),
         signing.HEADER_TIMESTAMP: str(timestamp),
-        signing.HEADER_SIGNATURE: signing.sign(secret=claim.secret, timestamp=timestamp,
-                                               body=claim.body),
+        signing.HEADER_SIGNATURE: signing.sign(
+            secret=claim.secret, timestamp=timestamp, body=claim.body
+        ),
     }
     started = time.monotonic()
     try:
         # Redirects are not followed: a redirect could lead past the target check.
-        with httpx.Client(timeout=httpx.Timeout(timeout), follow_redirects=False,
-                          trust_env=False) as client, client.stream(
-            "POST", claim.url, content=claim.body, headers=headers
-        ) as response:
+        with (
+            httpx.Client(
+                timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False
+            ) as client,
+            client.stream("POST", claim.url, content=claim.body, headers=headers) as response,
+        ):
             excerpt = b""
             for chunk in response.iter_bytes():
                 excerpt += chunk
@@ -224,13 +257,21 @@ def _post(claim: _Claim) -> _Outcome:
                     break
             status_code = response.status_code
     except httpx.HTTPError as exc:
-        return _Outcome(ok=False, error=f"{type(exc).__name__}: {exc}".strip(": "),
-                        duration_ms=int((time.monotonic() - started) * 1000))
+        return _Outcome(
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}".strip(": "),
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
     duration_ms = int((time.monotonic() - started) * 1000)
     text = excerpt[:RESPONSE_EXCERPT_BYTES].decode("utf-8", errors="replace")
     ok = 200 <= status_code < 300
-    return _Outcome(ok=ok, status_code=status_code, excerpt=text, duration_ms=duration_ms,
-                    error="" if ok else f"HTTP {status_code}")
+    return _Outcome(
+        ok=ok,
+        status_code=status_code,
+        excerpt=text,
+        duration_ms=duration_ms,
+        error="" if ok else f"HTTP {status_code}",
+    )
 
 
 def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
@@ -240,10 +281,15 @@ def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
         if delivery is None:
             return None
         DeliveryAttempt.objects.create(
-            delivery=delivery, number=claim.number, url=claim.url,
-            started_at=delivery.last_attempt_at or now, duration_ms=outcome.duration_ms,
-            status_code=outcome.status_code, error=outcome.error,
-            response_excerpt=outcome.excerpt, succeeded=outcome.ok,
+            delivery=delivery,
+            number=claim.number,
+            url=claim.url,
+            started_at=delivery.last_attempt_at or now,
+            duration_ms=outcome.duration_ms,
+            status_code=outcome.status_code,
+            error=outcome.error,
+            response_excerpt=outcome.excerpt,
+            succeeded=outcome.ok,
         )
         delivery.last_status_code = outcome.status_code
         delivery.last_error = outcome.error
@@ -255,8 +301,17 @@ def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
             delivery.status = DeliveryStatus.DEAD
         else:
             delivery.next_attempt_at = now + backoff_delay(delivery.attempts)
-        delivery.save(update_fields=["last_status_code", "last_error", "enqueued_at", "status",
-                                     "delivered_at", "next_attempt_at", "updated_at"])
+        delivery.save(
+            update_fields=[
+                "last_status_code",
+                "last_error",
+                "enqueued_at",
+                "status",
+                "delivered_at",
+                "next_attempt_at",
+                "updated_at",
+            ]
+        )
         return delivery
 
 
@@ -272,8 +327,12 @@ def delivery_send(*, delivery_id: Any) -> Delivery | None:
         return None
     outcome = _post(claim)
     if not outcome.ok:
-        logger.info("callback delivery %s attempt %s failed: %s", claim.delivery_id,
-                    claim.number, outcome.error)
+        logger.info(
+            "callback delivery %s attempt %s failed: %s",
+            claim.delivery_id,
+            claim.number,
+            outcome.error,
+        )
     return _record(claim, outcome)
 
 
@@ -292,8 +351,10 @@ def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
     except (Delivery.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"delivery {pk} does not exist") from None
     if delivery.status == DeliveryStatus.PENDING:
-        raise ActionRefused("the delivery is still pending: it will be retried on its own",
-                            details={"current_state": delivery.status})
+        raise ActionRefused(
+            "the delivery is still pending: it will be retried on its own",
+            details={"current_state": delivery.status},
+        )
     now = timezone.now()
     delivery.status = DeliveryStatus.PENDING
     delivery.attempts = 0
@@ -302,8 +363,17 @@ def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
     delivery.delivered_at = None
     delivery.redelivered_at = now
     delivery.redelivered_by = str(actor)
-    delivery.save(update_fields=["status", "attempts", "next_attempt_at", "enqueued_at",
-                                 "delivered_at", "redelivered_at", "redelivered_by",
-                                 "updated_at"])
+    delivery.save(
+        update_fields=[
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "enqueued_at",
+            "delivered_at",
+            "redelivered_at",
+            "redelivered_by",
+            "updated_at",
+        ]
+    )
     transaction.on_commit(lambda: _queue([delivery.pk]))
     return delivery

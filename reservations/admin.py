@@ -17,13 +17,30 @@ from reservations.services import hardcap_in_flight, hardcap_used_24h, reservati
 
 @admin.register(Hardcap)
 class HardcapAdmin(admin.ModelAdmin):
-    list_display = ("asset", "scope_source", "max_in_flight", "in_flight", "max_per_24h",
-                    "used_24h", "is_active")
+    list_display = (
+        "asset",
+        "scope_source",
+        "max_in_flight",
+        "in_flight",
+        "max_per_24h",
+        "used_24h",
+        "is_active",
+    )
     list_filter = ("is_active", "asset")
     search_fields = ("asset", "source", "note")
     readonly_fields = ("in_flight", "used_24h", "created_at", "updated_at")
-    fields = ("asset", "source", "max_in_flight", "max_per_24h", "is_active", "note",
-              "in_flight", "used_24h", "created_at", "updated_at")
+    fields = (
+        "asset",
+        "source",
+        "max_in_flight",
+        "max_per_24h",
+        "is_active",
+        "note",
+        "in_flight",
+        "used_24h",
+        "created_at",
+        "updated_at",
+    )
 
     @admin.display(description="source")
     def scope_source(self, obj: Hardcap) -> str:
@@ -43,8 +60,15 @@ class ReservationEventInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ("-created_at", "-id")
-    fields = ("created_at", "old_state", "new_state", "request_state", "actor_type", "actor_id",
-              "reason")
+    fields = (
+        "created_at",
+        "old_state",
+        "new_state",
+        "request_state",
+        "actor_type",
+        "actor_id",
+        "reason",
+    )
     readonly_fields = fields
 
     def has_view_permission(self, request, obj=None) -> bool:
@@ -76,8 +100,16 @@ class ReservationAdmin(admin.ModelAdmin):
     search_fields = ("request__id", "asset", "source")
     list_select_related = ("request",)
     date_hierarchy = "held_at"
-    fields = ("movement", "movement_state", "asset", "source", "amount", "state", "held_at",
-              "settled_at")
+    fields = (
+        "movement",
+        "movement_state",
+        "asset",
+        "source",
+        "amount",
+        "state",
+        "held_at",
+        "settled_at",
+    )
     readonly_fields = fields
     inlines = [ReservationEventInline]
     actions = ["consume_selected", "release_selected"]
@@ -114,14 +146,19 @@ class ReservationAdmin(admin.ModelAdmin):
             done = 0
             for reservation in held:
                 try:
-                    reservation_settle(reservation=reservation, outcome=outcome,
-                                       reason=form.cleaned_data["reason"], actor=actor)
+                    reservation_settle(
+                        reservation=reservation,
+                        outcome=outcome,
+                        reason=form.cleaned_data["reason"],
+                        actor=actor,
+                    )
                     done += 1
                 except QTGError as exc:
                     self.message_user(request, f"{reservation}: {exc.message}", messages.ERROR)
             if done:
-                self.message_user(request, f"{verb.capitalize()}d {done} reservation(s).",
-                                  messages.SUCCESS)
+                self.message_user(
+                    request, f"{verb.capitalize()}d {done} reservation(s).", messages.SUCCESS
+                )
             return None
         context = {
             **self.admin_site.each_context(request),
@@ -139,12 +176,15 @@ class ReservationAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "reservations/settle_confirmation.html", context)
 
-    @admin.action(description="Consume selected held reservations (money left)…",
-                  permissions=["settle"])
+    @admin.action(
+        description="Consume selected held reservations (money left)…", permissions=["settle"]
+    )
     def consume_selected(self, request, queryset):
         return self._settle(request, queryset, ReservationState.CONSUMED, "consume")
 
-    @admin.action(description="Release selected held reservations (money did not leave)…",
-                  permissions=["settle"])
+    @admin.action(
+        description="Release selected held reservations (money did not leave)…",
+        permissions=["settle"],
+    )
     def release_selected(self, request, queryset):
         return self._settle(request, queryset, ReservationState.RELEASED, "release")

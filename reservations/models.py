@@ -132,9 +132,7 @@ class ReservationEventQuerySet(models.QuerySet):
 class ReservationEvent(models.Model):
     """One audit record of a reservation: who, when, why, and the request state at the time."""
 
-    reservation = models.ForeignKey(
-        Reservation, on_delete=models.PROTECT, related_name="events"
-    )
+    reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
     old_state = models.CharField(max_length=16, blank=True)
     new_state = models.CharField(max_length=16)
     request_state = models.CharField(

@@ -79,8 +79,13 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
         raise ReservationRefused(
             f"{cap} refuses {amount} {cap.asset}: {in_flight} already in flight, the cap is "
             f"{cap.max_in_flight}",
-            details={"hardcap": cap.pk, "scope": cap.scope_label, "cap": str(cap.max_in_flight),
-                     "in_flight": str(in_flight), "asked": str(amount)},
+            details={
+                "hardcap": cap.pk,
+                "scope": cap.scope_label,
+                "cap": str(cap.max_in_flight),
+                "in_flight": str(in_flight),
+                "asked": str(amount),
+            },
         )
     if cap.max_per_24h is not None:
         used = hardcap_used_24h(hardcap=cap, now=now)
@@ -88,14 +93,25 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
             raise ReservationRefused(
                 f"{cap} refuses {amount} {cap.asset}: {used} reserved in the last 24 hours, "
                 f"the 24-hour limit is {cap.max_per_24h}",
-                details={"hardcap": cap.pk, "scope": cap.scope_label,
-                         "limit_24h": str(cap.max_per_24h), "used_24h": str(used),
-                         "asked": str(amount)},
+                details={
+                    "hardcap": cap.pk,
+                    "scope": cap.scope_label,
+                    "limit_24h": str(cap.max_per_24h),
+                    "used_24h": str(used),
+                    "asked": str(amount),
+                },
             )
 
 
-def _record(reservation: Reservation, *, old_state: str, actor: Actor, reason: str,
-            request_state: str, detail: dict[str, Any] | None = None) -> ReservationEvent:
+def _record(
+    reservation: Reservation,
+    *,
+    old_state: str,
+    actor: Actor,
+    reason: str,
+    request_state: str,
+    detail: dict[str, Any] | None = None,
+) -> ReservationEvent:
     return ReservationEvent.objects.create(
         reservation=reservation,
         old_state=old_state,
@@ -129,14 +145,26 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     reservation = Reservation.objects.create(
         request=request, asset=request.asset, source=request.source, amount=amount, held_at=now
     )
-    _record(reservation, old_state="", actor=actor, request_state=request.request_state,
-            reason=f"held against {', '.join(str(cap) for cap in caps)}",
-            detail={"hardcaps": [cap.pk for cap in caps]})
+    _record(
+        reservation,
+        old_state="",
+        actor=actor,
+        request_state=request.request_state,
+        reason=f"held against {', '.join(str(cap) for cap in caps)}",
+        detail={"hardcaps": [cap.pk for cap in caps]},
+    )
     return reservation
 
 
-def _apply(reservation: Reservation, *, outcome: str, actor: Actor, reason: str,
-           request_state: str, detail: dict[str, Any] | None = None) -> Reservation:
+def _apply(
+    reservation: Reservation,
+    *,
+    outcome: str,
+    actor: Actor,
+    reason: str,
+    request_state: str,
+    detail: dict[str, Any] | None = None,
+) -> Reservation:
     old_state = reservation.state
     if outcome == ReservationState.CONSUMED:
         reservation.consume()
@@ -144,43 +172,56 @@ def _apply(reservation: Reservation, *, outcome: str, actor: Actor, reason: str,
         reservation.release()
     reservation.settled_at = timezone.now()
     reservation.save(update_fields=["state", "settled_at", "updated_at"])
-    _record(reservation, old_state=old_state, actor=actor, reason=reason,
-            request_state=request_state, detail=detail)
+    _record(
+        reservation,
+        old_state=old_state,
+        actor=actor,
+        reason=reason,
+        request_state=request_state,
+        detail=detail,
+    )
     return reservation
 
 
-def _settle(*, request: MovementRequest, outcome: str, actor: Actor,
-            reason: str) -> Reservation | None:
+def _settle(
+    *, request: MovementRequest, outcome: str, actor: Actor, reason: str
+) -> Reservation | None:
     reservation = Reservation.objects.select_for_update().filter(request=request).first()
     if reservation is None or reservation.state != ReservationState.HELD:
         return reservation  # nothing held (refused, or already settled): idempotent no-op
-    return _apply(reservation, outcome=outcome, actor=actor, reason=reason,
-                  request_state=request.request_state)
+    return _apply(
+        reservation,
+        outcome=outcome,
+        actor=actor,
+        reason=reason,
+        request_state=request.request_state,
+    )
 
 
 @transaction.atomic
-def reservation_consume(*, request: MovementRequest, actor: Actor,
-                        reason: str = "") -> Reservation | None:
+def reservation_consume(
+    *, request: MovementRequest, actor: Actor, reason: str = ""
+) -> Reservation | None:
     """The movement completed: the held amount is used up (no-op when nothing is held)."""
-    return _settle(request=request, outcome=ReservationState.CONSUMED, actor=actor,
-                   reason=reason)
+    return _settle(request=request, outcome=ReservationState.CONSUMED, actor=actor, reason=reason)
 
 
 @transaction.atomic
-def reservation_release(*, request: MovementRequest, actor: Actor,
-                        reason: str = "") -> Reservation | None:
+def reservation_release(
+    *, request: MovementRequest, actor: Actor, reason: str = ""
+) -> Reservation | None:
     """The movement ended without money leaving: return the held amount (no-op when nothing
     is held)."""
-    return _settle(request=request, outcome=ReservationState.RELEASED, actor=actor,
-                   reason=reason)
+    return _settle(request=request, outcome=ReservationState.RELEASED, actor=actor, reason=reason)
 
 
 SETTLE_OUTCOMES = (ReservationState.CONSUMED, ReservationState.RELEASED)
 
 
 @transaction.atomic
-def reservation_settle(*, reservation: Reservation | Any, outcome: str, reason: str,
-                       actor: Actor) -> Reservation:
+def reservation_settle(
+    *, reservation: Reservation | Any, outcome: str, reason: str, actor: Actor
+) -> Reservation:
     """An operator consumes or releases a reservation the post-transition table left HELD
     (a movement that ended FAILED or CANCELLED after money may have left), with a reason."""
     if not actor.has_perm("reservations.settle_reservation"):
@@ -189,12 +230,15 @@ def reservation_settle(*, reservation: Reservation | Any, outcome: str, reason: 
             details={"permission": "reservations.settle_reservation"},
         )
     if outcome not in SETTLE_OUTCOMES:
-        raise InvalidInput("outcome must be CONSUMED or RELEASED",
-                           details={"outcome": [f"not one of {', '.join(SETTLE_OUTCOMES)}"]})
+        raise InvalidInput(
+            "outcome must be CONSUMED or RELEASED",
+            details={"outcome": [f"not one of {', '.join(SETTLE_OUTCOMES)}"]},
+        )
     reason = (reason or "").strip()
     if not reason:
-        raise InvalidInput("a reason is required to settle a reservation",
-                           details={"reason": ["required"]})
+        raise InvalidInput(
+            "a reason is required to settle a reservation", details={"reason": ["required"]}
+        )
     pk = reservation.pk if isinstance(reservation, Reservation) else reservation
     request_id = Reservation.objects.filter(pk=pk).values_list("request_id", flat=True).first()
     if request_id is None:
@@ -203,21 +247,35 @@ def reservation_settle(*, reservation: Reservation | Any, outcome: str, reason: 
     request = MovementRequest.objects.select_for_update().get(pk=request_id)
     reservation = Reservation.objects.select_for_update().get(pk=pk)
     if reservation.state != ReservationState.HELD:
-        raise ActionRefused(f"the reservation is already {reservation.state}",
-                            details={"current_state": reservation.state})
+        raise ActionRefused(
+            f"the reservation is already {reservation.state}",
+            details={"current_state": reservation.state},
+        )
     if request.request_state not in TERMINAL_REQUEST_STATES:
         raise ActionRefused(
             f"cannot settle while the movement is {request.request_state}: only a finished "
             f"movement's reservation is settled by hand",
             details={"current_state": request.request_state},
         )
-    return _apply(reservation, outcome=outcome, actor=actor, reason=reason,
-                  request_state=request.request_state, detail={"manual": True})
+    return _apply(
+        reservation,
+        outcome=outcome,
+        actor=actor,
+        reason=reason,
+        request_state=request.request_state,
+        detail={"manual": True},
+    )
 
 
 @transaction.atomic
-def hardcap_ensure(*, asset: str, max_in_flight: Decimal | str, source: str = "",
-                   max_per_24h: Decimal | str | None = None, note: str = "") -> Hardcap:
+def hardcap_ensure(
+    *,
+    asset: str,
+    max_in_flight: Decimal | str,
+    source: str = "",
+    max_per_24h: Decimal | str | None = None,
+    note: str = "",
+) -> Hardcap:
     """Create the hardcap for a scope unless one exists (an existing cap is left as it is)."""
     asset = asset.strip().upper()
     cap, _ = Hardcap.objects.get_or_create(

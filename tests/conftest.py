@@ -37,8 +37,13 @@ def pytest_collection_modifyitems(config, items):
 
 # Fixtures whose presence means the test may touch the database.
 DB_FIXTURES = {
-    "db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
-    "live_server", "admin_client", "admin_user",
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+    "admin_client",
+    "admin_user",
 }
 # Reservations fail closed: without a hardcap no movement validates. Every database test gets
 # caps on the assets the suite uses, generous enough never to be the reason a test fails.

@@ -20,24 +20,37 @@ def dead(make_movement, subscribe):
 
 
 def test_an_operator_adds_a_subscription_choosing_its_events(admin_client):
-    response = admin_client.post(reverse("admin:callbacks_subscription_add"), {
-        "name": "treasury", "url": "http://127.0.0.1:8080/hook", "secret": "s3cret-value",
-        "event_types": ["request_completed", "request_failed"], "is_active": "on",
-    })
+    response = admin_client.post(
+        reverse("admin:callbacks_subscription_add"),
+        {
+            "name": "treasury",
+            "url": "http://127.0.0.1:8080/hook",
+            "secret": "s3cret-value",
+            "event_types": ["request_completed", "request_failed"],
+            "is_active": "on",
+        },
+    )
 
     assert response.status_code == 302
     subscription = Subscription.objects.get(name="treasury")
     assert subscription.event_types == ["request_completed", "request_failed"]
 
 
-def test_the_subscription_form_refuses_a_private_url_when_the_setting_is_off(admin_client,
-                                                                             settings):
+def test_the_subscription_form_refuses_a_private_url_when_the_setting_is_off(
+    admin_client, settings
+):
     settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
 
-    page = admin_client.post(reverse("admin:callbacks_subscription_add"), {
-        "name": "sneaky", "url": "http://169.254.169.254/latest", "secret": "x",
-        "event_types": ["request_completed"], "is_active": "on",
-    })
+    page = admin_client.post(
+        reverse("admin:callbacks_subscription_add"),
+        {
+            "name": "sneaky",
+            "url": "http://169.254.169.254/latest",
+            "secret": "x",
+            "event_types": ["request_completed"],
+            "is_active": "on",
+        },
+    )
 
     assert page.status_code == 200
     assert b"private, loopback or link-local" in page.content
@@ -54,9 +67,14 @@ def test_a_delivery_page_is_read_only_and_shows_its_attempts(admin_client, dead)
 
 
 def _redeliver(client, delivery, **extra):
-    return client.post(reverse("admin:callbacks_delivery_changelist"), {
-        "action": "redeliver_selected", helpers.ACTION_CHECKBOX_NAME: [str(delivery.pk)], **extra,
-    })
+    return client.post(
+        reverse("admin:callbacks_delivery_changelist"),
+        {
+            "action": "redeliver_selected",
+            helpers.ACTION_CHECKBOX_NAME: [str(delivery.pk)],
+            **extra,
+        },
+    )
 
 
 def test_redeliver_asks_for_confirmation_first(admin_client, dead):
@@ -68,8 +86,9 @@ def test_redeliver_asks_for_confirmation_first(admin_client, dead):
     assert dead.status == DeliveryStatus.DEAD
 
 
-def test_redeliver_once_confirmed_queues_the_delivery_again(admin_client, dead, admin_user,
-                                                           django_capture_on_commit_callbacks):
+def test_redeliver_once_confirmed_queues_the_delivery_again(
+    admin_client, dead, admin_user, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as queued:
         response = _redeliver(admin_client, dead, post="yes")
 

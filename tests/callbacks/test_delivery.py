@@ -68,12 +68,17 @@ def test_the_receiver_can_verify_the_signature_and_headers(receiver, subscribe, 
     assert got.headers["Content-Type"] == "application/json"
     timestamp = got.headers[signing.HEADER_TIMESTAMP]
     # What a receiver computes on its own: HMAC-SHA256(secret, "<timestamp>.<body>").
-    expected = hmac.new(subscription.secret.encode(), timestamp.encode() + b"." + got.body,
-                        hashlib.sha256).hexdigest()
+    expected = hmac.new(
+        subscription.secret.encode(), timestamp.encode() + b"." + got.body, hashlib.sha256
+    ).hexdigest()
     assert got.headers[signing.HEADER_SIGNATURE] == f"v1={expected}"
     assert abs(int(timestamp) - time.time()) < 60
-    assert signing.verify(secret=subscription.secret, timestamp=timestamp, body=got.body,
-                          signature=got.headers[signing.HEADER_SIGNATURE])
+    assert signing.verify(
+        secret=subscription.secret,
+        timestamp=timestamp,
+        body=got.body,
+        signature=got.headers[signing.HEADER_SIGNATURE],
+    )
     assert got.json["id"] == str(delivery.pk)
     assert got.json["type"] == "request_approved"
     assert got.json["request"]["id"] == str(request.pk)
@@ -81,7 +86,10 @@ def test_the_receiver_can_verify_the_signature_and_headers(receiver, subscribe, 
     assert got.json["data"] == {"previous_state": "PENDING_APPROVAL"}
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == (
-        DeliveryStatus.DELIVERED, 1, 200)
+        DeliveryStatus.DELIVERED,
+        1,
+        200,
+    )
 
 
 def test_a_tampered_body_a_wrong_secret_or_a_stale_timestamp_does_not_verify(
@@ -92,11 +100,16 @@ def test_a_tampered_body_a_wrong_secret_or_a_stale_timestamp_does_not_verify(
     [got] = receiver.received
     ts, sig = got.headers[signing.HEADER_TIMESTAMP], got.headers[signing.HEADER_SIGNATURE]
 
-    assert not signing.verify(secret=subscription.secret, timestamp=ts,
-                              body=got.body.replace(b"APPROVED", b"COMPLETED"), signature=sig)
+    assert not signing.verify(
+        secret=subscription.secret,
+        timestamp=ts,
+        body=got.body.replace(b"APPROVED", b"COMPLETED"),
+        signature=sig,
+    )
     assert not signing.verify(secret="not-the-secret", timestamp=ts, body=got.body, signature=sig)
-    assert not signing.verify(secret=subscription.secret, timestamp=ts, body=got.body,
-                              signature=sig, now=int(ts) + 3600)
+    assert not signing.verify(
+        secret=subscription.secret, timestamp=ts, body=got.body, signature=sig, now=int(ts) + 3600
+    )
 
 
 def test_a_receiver_failing_twice_then_succeeding_gets_the_event_once_more_after_each_failure(
@@ -115,13 +128,17 @@ def test_a_receiver_failing_twice_then_succeeding_gets_the_event_once_more_after
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 3)
     log = delivery.attempt_log.order_by("number")
     assert [(a.number, a.status_code, a.succeeded) for a in log] == [
-        (1, 500, False), (2, 503, False), (3, 200, True)]
+        (1, 500, False),
+        (2, 503, False),
+        (3, 200, True),
+    ]
     sweep()
     assert len(receiver.received) == 3
 
 
-def test_a_dead_receiver_ends_dead_after_the_configured_attempts(dead_url, subscribe, approve,
-                                                                  sweep, settings):
+def test_a_dead_receiver_ends_dead_after_the_configured_attempts(
+    dead_url, subscribe, approve, sweep, settings
+):
     settings.QTG_CALLBACKS_MAX_ATTEMPTS = 4
     subscribe(dead_url, "request_approved")
 
@@ -135,8 +152,9 @@ def test_a_dead_receiver_ends_dead_after_the_configured_attempts(dead_url, subsc
     assert sweep() == 0
 
 
-def test_a_receiver_answering_errors_ends_dead_having_seen_each_attempt(receiver, subscribe,
-                                                                        approve, sweep):
+def test_a_receiver_answering_errors_ends_dead_having_seen_each_attempt(
+    receiver, subscribe, approve, sweep
+):
     receiver.answer(500, 500, 500, 500)
     subscribe(receiver.url, "request_approved")
 
@@ -148,8 +166,9 @@ def test_a_receiver_answering_errors_ends_dead_having_seen_each_attempt(receiver
     assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.DEAD, 500)
 
 
-def test_a_failed_attempt_waits_out_the_backoff_before_the_next(receiver, subscribe, approve,
-                                                                 sweep, settings):
+def test_a_failed_attempt_waits_out_the_backoff_before_the_next(
+    receiver, subscribe, approve, sweep, settings
+):
     settings.QTG_CALLBACKS_BACKOFF_SECONDS = 30
     receiver.answer(500)
     subscribe(receiver.url, "request_approved")
@@ -216,8 +235,9 @@ def test_a_paused_subscription_keeps_its_deliveries_pending(receiver, subscribe,
     approve()
     subscription.is_active = False
     subscription.save()
-    Delivery.objects.update(status=DeliveryStatus.PENDING, next_attempt_at=timezone.now(),
-                            enqueued_at=None)
+    Delivery.objects.update(
+        status=DeliveryStatus.PENDING, next_attempt_at=timezone.now(), enqueued_at=None
+    )
 
     sweep()
 
@@ -287,8 +307,9 @@ def test_the_body_is_frozen_when_the_event_happens(receiver, subscribe, approve,
     request = approve()
     with transaction.atomic():
         request = MovementRequest.objects.select_for_update().get(pk=request.pk)
-        set_request_state(request=request, new_state=RequestState.EXECUTING,
-                          actor=Actor.system("tests-worker"))
+        set_request_state(
+            request=request, new_state=RequestState.EXECUTING, actor=Actor.system("tests-worker")
+        )
 
     sweep()
 

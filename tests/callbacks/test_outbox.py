@@ -69,10 +69,14 @@ def test_a_committed_state_change_always_has_its_delivery_and_it_is_sent_after_c
 
     deliveries = Delivery.objects.filter(request=request, subscription=subscription)
     assert sorted(deliveries.values_list("event_type", flat=True)) == [
-        "frontier_advanced", "request_approved"]
+        "frontier_advanced",
+        "request_approved",
+    ]
     assert set(deliveries.values_list("status", flat=True)) == {DeliveryStatus.DELIVERED}
     assert sorted(r.json["type"] for r in receiver.received) == [
-        "frontier_advanced", "request_approved"]
+        "frontier_advanced",
+        "request_approved",
+    ]
 
 
 @pytest.mark.django_db

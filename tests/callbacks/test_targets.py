@@ -67,8 +67,9 @@ def test_an_unresolvable_host_is_refused(settings):
 @pytest.mark.django_db
 def test_a_subscription_with_a_refused_url_or_unknown_events_does_not_validate(settings):
     settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
-    subscription = Subscription(name="x", url="http://127.0.0.1/hook",
-                                event_types=["request_completed", "request_exploded"])
+    subscription = Subscription(
+        name="x", url="http://127.0.0.1/hook", event_types=["request_completed", "request_exploded"]
+    )
 
     with pytest.raises(ValidationError) as caught:
         subscription.full_clean()

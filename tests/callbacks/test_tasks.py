@@ -40,8 +40,10 @@ def test_the_sweep_queues_what_is_due_and_sends_nothing_itself(
 ):
     Delivery.objects.filter(pk=due.pk).update(enqueued_at=None)
 
-    with mock.patch.object(tasks.deliver, "delay") as delay, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch.object(tasks.deliver, "delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         queued = tasks.deliver_due()
 
     assert queued == 1
@@ -55,11 +57,14 @@ def test_the_sweep_leaves_a_freshly_queued_delivery_to_its_task_and_requeues_a_l
 ):
     settings.QTG_CALLBACKS_REQUEUE_AFTER_SECONDS = 120
 
-    with mock.patch.object(tasks.deliver, "delay") as delay, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch.object(tasks.deliver, "delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         fresh = tasks.deliver_due()
         Delivery.objects.filter(pk=due.pk).update(
-            enqueued_at=timezone.now() - timedelta(seconds=121))
+            enqueued_at=timezone.now() - timedelta(seconds=121)
+        )
         lost = tasks.deliver_due()
 
     assert (fresh, lost) == (0, 1)
@@ -67,13 +72,16 @@ def test_the_sweep_leaves_a_freshly_queued_delivery_to_its_task_and_requeues_a_l
 
 
 @pytest.mark.django_db
-def test_the_sweep_skips_deliveries_not_yet_due_or_finished(due,
-                                                           django_capture_on_commit_callbacks):
+def test_the_sweep_skips_deliveries_not_yet_due_or_finished(
+    due, django_capture_on_commit_callbacks
+):
     later = Delivery.objects.filter(pk=due.pk)
     later.update(enqueued_at=None, next_attempt_at=timezone.now() + timedelta(minutes=5))
 
-    with mock.patch.object(tasks.deliver, "delay") as delay, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch.object(tasks.deliver, "delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         not_due = tasks.deliver_due()
         later.update(next_attempt_at=timezone.now(), status=DeliveryStatus.DEAD)
         dead = tasks.deliver_due()
@@ -99,15 +107,19 @@ def test_a_broker_outage_when_queueing_leaves_the_delivery_to_the_sweep(
     subscribe("http://127.0.0.1:9/hook", "request_approved")
     request = make_movement()
 
-    with mock.patch.object(tasks.deliver, "delay", side_effect=ConnectionError("broker down")), \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch.object(tasks.deliver, "delay", side_effect=ConnectionError("broker down")),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         [delivery] = callback_enqueue(request=request, event_type="request_approved")
 
     delivery.refresh_from_db()
     assert delivery.status == DeliveryStatus.PENDING
     window = timedelta(seconds=settings.QTG_CALLBACKS_REQUEUE_AFTER_SECONDS)
     Delivery.objects.filter(pk=delivery.pk).update(enqueued_at=timezone.now() - window)
-    with mock.patch.object(tasks.deliver, "delay") as delay, \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch.object(tasks.deliver, "delay") as delay,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         tasks.deliver_due()
     delay.assert_called_once_with(str(delivery.pk))

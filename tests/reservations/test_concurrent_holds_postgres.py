@@ -33,8 +33,12 @@ def test_concurrent_creators_never_push_the_in_flight_sum_past_the_cap():
         try:
             start.wait(timeout=30)
             request = movement_create(
-                template="cex_to_cex", asset="EURC", amount=AMOUNT, source="venue-a",
-                destination="venue-b", actor=Actor.for_user(user),
+                template="cex_to_cex",
+                asset="EURC",
+                amount=AMOUNT,
+                source="venue-a",
+                destination="venue-b",
+                actor=Actor.for_user(user),
             )
             states.append(request.request_state)
         except BaseException as exc:  # reported below: a thread must not die silently

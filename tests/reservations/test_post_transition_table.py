@@ -30,7 +30,9 @@ from reservations.models import Reservation, ReservationState
 pytestmark = pytest.mark.django_db
 
 HELD, CONSUMED, RELEASED = (
-    ReservationState.HELD, ReservationState.CONSUMED, ReservationState.RELEASED
+    ReservationState.HELD,
+    ReservationState.CONSUMED,
+    ReservationState.RELEASED,
 )
 
 
@@ -61,55 +63,128 @@ def _approve(w, r):
 # name, setup(world) -> request, step(world, request) -> request, expected state,
 # reservation effect (None: no reservation at all), callback events of the step
 SCENARIOS = [
-    ("approved", lambda w: w.make(), _approve,
-     RequestState.APPROVED, HELD, ["frontier_advanced", "request_approved"]),
-    ("completed", lambda w: w.drive.run(w.drive.run(w.approved(), "withdraw"), "withdraw_observe"),
-     lambda w, r: w.drive.run(r, "deposit_observe"),
-     RequestState.COMPLETED, CONSUMED, ["request_completed"]),
-    ("failed without a completed side effect", lambda w: w.approved(),
-     lambda w, r: w.drive.run(r, "withdraw", outcome=NodeState.FAILED),
-     RequestState.FAILED, RELEASED, ["request_failed"]),
-    ("manual intervention", lambda w: w.drive.run(w.approved(), "withdraw"),
-     lambda w, r: w.drive.run(r, "withdraw_observe", outcome=NodeState.FAILED),
-     RequestState.MANUAL_INTERVENTION, HELD, ["request_attention"]),
-    ("waiting for a manual action", lambda w: w.approved("cex_to_cex_gated"),
-     lambda w, r: w.drive.run(r, "withdraw"),
-     RequestState.WAITING_MANUAL_ACTION, HELD, ["frontier_advanced", "request_attention"]),
-    ("manual gate resumed", lambda w: w.waiting_at_gate(),
-     lambda w, r: manual_gate_resume(request=r, actor=w.operator),
-     RequestState.EXECUTING, HELD, ["frontier_advanced"]),
-    ("rejected", lambda w: w.make(),
-     lambda w, r: movement_reject(request=r, actor=w.operator, reason="not today"),
-     RequestState.REJECTED, RELEASED, ["request_rejected"]),
-    ("expired", lambda w: w.make(expires_in=timedelta(microseconds=1)),
-     lambda w, r: movement_expire(request=r, actor=Actor.system("tests-expirer")),
-     RequestState.EXPIRED, RELEASED, ["request_expired"]),
-    ("cancelled before money left",
-     lambda w: w.drive.dispatch_and_requeue(w.approved(), "withdraw"),
-     lambda w, r: movement_cancel(request=r, actor=w.operator, reason="changed plans"),
-     RequestState.CANCELLED, RELEASED, ["request_cancelled"]),
-    ("cancelled after a side effect completed", lambda w: w.waiting_at_gate(),
-     lambda w, r: movement_cancel(request=r, actor=w.operator, reason="destination closed"),
-     RequestState.CANCELLED, HELD, ["request_cancelled"]),
-    ("force-completed by an operator", lambda w: w.intervention(),
-     lambda w, r: intervention_force_complete(request=r, actor=w.operator, reason="credited"),
-     RequestState.COMPLETED, CONSUMED, ["request_completed"]),
-    ("force-failed by an operator", lambda w: w.intervention(),
-     lambda w, r: intervention_force_fail(request=r, actor=w.operator, reason="lost at venue"),
-     RequestState.FAILED, HELD, ["request_failed"]),
-    ("refused by the hardcap at validation", lambda w: None,
-     lambda w, r: movement_create(template="cex_to_cex", asset="EURC", amount="1",
-                                  source="a", destination="b", actor=Actor.for_user(w.creator)),
-     RequestState.FAILED, None, ["request_failed"]),
+    (
+        "approved",
+        lambda w: w.make(),
+        _approve,
+        RequestState.APPROVED,
+        HELD,
+        ["frontier_advanced", "request_approved"],
+    ),
+    (
+        "completed",
+        lambda w: w.drive.run(w.drive.run(w.approved(), "withdraw"), "withdraw_observe"),
+        lambda w, r: w.drive.run(r, "deposit_observe"),
+        RequestState.COMPLETED,
+        CONSUMED,
+        ["request_completed"],
+    ),
+    (
+        "failed without a completed side effect",
+        lambda w: w.approved(),
+        lambda w, r: w.drive.run(r, "withdraw", outcome=NodeState.FAILED),
+        RequestState.FAILED,
+        RELEASED,
+        ["request_failed"],
+    ),
+    (
+        "manual intervention",
+        lambda w: w.drive.run(w.approved(), "withdraw"),
+        lambda w, r: w.drive.run(r, "withdraw_observe", outcome=NodeState.FAILED),
+        RequestState.MANUAL_INTERVENTION,
+        HELD,
+        ["request_attention"],
+    ),
+    (
+        "waiting for a manual action",
+        lambda w: w.approved("cex_to_cex_gated"),
+        lambda w, r: w.drive.run(r, "withdraw"),
+        RequestState.WAITING_MANUAL_ACTION,
+        HELD,
+        ["frontier_advanced", "request_attention"],
+    ),
+    (
+        "manual gate resumed",
+        lambda w: w.waiting_at_gate(),
+        lambda w, r: manual_gate_resume(request=r, actor=w.operator),
+        RequestState.EXECUTING,
+        HELD,
+        ["frontier_advanced"],
+    ),
+    (
+        "rejected",
+        lambda w: w.make(),
+        lambda w, r: movement_reject(request=r, actor=w.operator, reason="not today"),
+        RequestState.REJECTED,
+        RELEASED,
+        ["request_rejected"],
+    ),
+    (
+        "expired",
+        lambda w: w.make(expires_in=timedelta(microseconds=1)),
+        lambda w, r: movement_expire(request=r, actor=Actor.system("tests-expirer")),
+        RequestState.EXPIRED,
+        RELEASED,
+        ["request_expired"],
+    ),
+    (
+        "cancelled before money left",
+        lambda w: w.drive.dispatch_and_requeue(w.approved(), "withdraw"),
+        lambda w, r: movement_cancel(request=r, actor=w.operator, reason="changed plans"),
+        RequestState.CANCELLED,
+        RELEASED,
+        ["request_cancelled"],
+    ),
+    (
+        "cancelled after a side effect completed",
+        lambda w: w.waiting_at_gate(),
+        lambda w, r: movement_cancel(request=r, actor=w.operator, reason="destination closed"),
+        RequestState.CANCELLED,
+        HELD,
+        ["request_cancelled"],
+    ),
+    (
+        "force-completed by an operator",
+        lambda w: w.intervention(),
+        lambda w, r: intervention_force_complete(request=r, actor=w.operator, reason="credited"),
+        RequestState.COMPLETED,
+        CONSUMED,
+        ["request_completed"],
+    ),
+    (
+        "force-failed by an operator",
+        lambda w: w.intervention(),
+        lambda w, r: intervention_force_fail(request=r, actor=w.operator, reason="lost at venue"),
+        RequestState.FAILED,
+        HELD,
+        ["request_failed"],
+    ),
+    (
+        "refused by the hardcap at validation",
+        lambda w: None,
+        lambda w, r: movement_create(
+            template="cex_to_cex",
+            asset="EURC",
+            amount="1",
+            source="a",
+            destination="b",
+            actor=Actor.for_user(w.creator),
+        ),
+        RequestState.FAILED,
+        None,
+        ["request_failed"],
+    ),
 ]
 
 
 @pytest.fixture
 def world(make_movement, drive, operator, creator) -> World:
-    Subscription.objects.create(name="everything", url="http://127.0.0.1:9/hook",
-                                event_types=list(EVENT_TYPES))
-    return World(make=make_movement, drive=drive, operator=Actor.for_user(operator),
-                 creator=creator)
+    Subscription.objects.create(
+        name="everything", url="http://127.0.0.1:9/hook", event_types=list(EVENT_TYPES)
+    )
+    return World(
+        make=make_movement, drive=drive, operator=Actor.for_user(operator), creator=creator
+    )
 
 
 @pytest.mark.parametrize(

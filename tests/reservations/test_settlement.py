@@ -21,10 +21,10 @@ pytestmark = pytest.mark.django_db
 def settler(db):
     user = make_user("settler", *ALL_MOVEMENT_PERMS, is_staff=True)
     user.user_permissions.add(
-        Permission.objects.get(content_type__app_label="reservations",
-                               codename="settle_reservation"),
-        Permission.objects.get(content_type__app_label="reservations",
-                               codename="view_reservation"),
+        Permission.objects.get(
+            content_type__app_label="reservations", codename="settle_reservation"
+        ),
+        Permission.objects.get(content_type__app_label="reservations", codename="view_reservation"),
     )
     return type(user).objects.get(pk=user.pk)
 
@@ -35,16 +35,21 @@ def force_failed(make_movement, drive, operator):
     request = make_movement(approve=True)
     drive.run(request, "withdraw")
     drive.run(request, "withdraw_observe", outcome=NodeState.FAILED)
-    return intervention_force_fail(request=request, actor=Actor.for_user(operator),
-                                   reason="venue lost the deposit")
+    return intervention_force_fail(
+        request=request, actor=Actor.for_user(operator), reason="venue lost the deposit"
+    )
 
 
 def test_an_operator_releases_a_force_failed_reservation_with_a_reason(force_failed, settler):
     reservation = force_failed.reservation
     assert reservation.state == ReservationState.HELD
 
-    reservation_settle(reservation=reservation, outcome=ReservationState.RELEASED,
-                       reason="venue refunded it", actor=Actor.for_user(settler))
+    reservation_settle(
+        reservation=reservation,
+        outcome=ReservationState.RELEASED,
+        reason="venue refunded it",
+        actor=Actor.for_user(settler),
+    )
 
     reservation.refresh_from_db()
     assert reservation.state == ReservationState.RELEASED
@@ -56,15 +61,23 @@ def test_an_operator_releases_a_force_failed_reservation_with_a_reason(force_fai
 
 def test_settling_needs_the_permission(force_failed, operator):
     with pytest.raises(NotPermitted):
-        reservation_settle(reservation=force_failed.reservation, outcome="CONSUMED",
-                           reason="gone", actor=Actor.for_user(operator))
+        reservation_settle(
+            reservation=force_failed.reservation,
+            outcome="CONSUMED",
+            reason="gone",
+            actor=Actor.for_user(operator),
+        )
 
 
 @pytest.mark.parametrize(("outcome", "reason"), [("CONSUMED", "  "), ("HELD", "why not")])
 def test_settling_needs_a_reason_and_a_final_outcome(force_failed, settler, outcome, reason):
     with pytest.raises(InvalidInput):
-        reservation_settle(reservation=force_failed.reservation, outcome=outcome,
-                           reason=reason, actor=Actor.for_user(settler))
+        reservation_settle(
+            reservation=force_failed.reservation,
+            outcome=outcome,
+            reason=reason,
+            actor=Actor.for_user(settler),
+        )
     assert force_failed.reservation.events.count() == 1
 
 
@@ -72,18 +85,27 @@ def test_a_running_movement_reservation_cannot_be_settled_by_hand(make_movement,
     request = make_movement(approve=True)
 
     with pytest.raises(ActionRefused, match="APPROVED"):
-        reservation_settle(reservation=request.reservation, outcome="RELEASED",
-                           reason="looks stuck", actor=Actor.for_user(settler))
+        reservation_settle(
+            reservation=request.reservation,
+            outcome="RELEASED",
+            reason="looks stuck",
+            actor=Actor.for_user(settler),
+        )
 
 
 def test_a_settled_reservation_cannot_be_settled_again(force_failed, settler):
     actor = Actor.for_user(settler)
-    reservation_settle(reservation=force_failed.reservation, outcome="CONSUMED",
-                       reason="it left", actor=actor)
+    reservation_settle(
+        reservation=force_failed.reservation, outcome="CONSUMED", reason="it left", actor=actor
+    )
 
     with pytest.raises(ActionRefused, match="already CONSUMED"):
-        reservation_settle(reservation=force_failed.reservation, outcome="RELEASED",
-                           reason="changed my mind", actor=actor)
+        reservation_settle(
+            reservation=force_failed.reservation,
+            outcome="RELEASED",
+            reason="changed my mind",
+            actor=actor,
+        )
 
 
 def _post_action(client, action, reservation, **extra):
@@ -109,8 +131,9 @@ def test_the_admin_action_consumes_with_the_reason_once_confirmed(client, force_
     client.force_login(settler)
     reservation = force_failed.reservation
 
-    response = _post_action(client, "consume_selected", reservation, post="yes",
-                            reason="withdrawal confirmed on chain")
+    response = _post_action(
+        client, "consume_selected", reservation, post="yes", reason="withdrawal confirmed on chain"
+    )
 
     assert response.status_code == 302
     reservation.refresh_from_db()
@@ -121,8 +144,7 @@ def test_the_admin_action_consumes_with_the_reason_once_confirmed(client, force_
 def test_the_admin_action_refuses_an_empty_reason(client, force_failed, settler):
     client.force_login(settler)
 
-    page = _post_action(client, "release_selected", force_failed.reservation, post="yes",
-                        reason="")
+    page = _post_action(client, "release_selected", force_failed.reservation, post="yes", reason="")
 
     assert page.status_code == 200
     assert b"This field is required" in page.content
@@ -133,8 +155,9 @@ def test_the_admin_action_refuses_an_empty_reason(client, force_failed, settler)
 def test_the_admin_shows_the_reservation_history_read_only(client, force_failed, settler):
     client.force_login(settler)
 
-    page = client.get(reverse("admin:reservations_reservation_change",
-                              args=[force_failed.reservation.pk]))
+    page = client.get(
+        reverse("admin:reservations_reservation_change", args=[force_failed.reservation.pk])
+    )
 
     assert page.status_code == 200
     assert b"held against hardcap USDC (any source)" in page.content
@@ -143,8 +166,10 @@ def test_the_admin_shows_the_reservation_history_read_only(client, force_failed,
 
 def test_the_settle_actions_are_hidden_without_the_permission(client, force_failed, settler):
     settler.user_permissions.remove(
-        Permission.objects.get(content_type__app_label="reservations",
-                               codename="settle_reservation"))
+        Permission.objects.get(
+            content_type__app_label="reservations", codename="settle_reservation"
+        )
+    )
     client.force_login(type(settler).objects.get(pk=settler.pk))
 
     page = client.get(reverse("admin:reservations_reservation_changelist"))
