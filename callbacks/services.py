@@ -153,7 +153,7 @@ def deliveries_enqueue_due(*, limit: int = 500) -> int:
     requeue_before = now - timedelta(seconds=float(_setting("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS")))
     with transaction.atomic():
         ids = list(
-            Delivery.objects.select_for_update(skip_locked=True)
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(
                 status=DeliveryStatus.PENDING,
                 next_attempt_at__lte=now,

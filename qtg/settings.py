@@ -204,4 +204,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("QTG_LOG_LEVEL", "INFO")},
+    # httpx logs every webhook POST at INFO; delivery outcomes are logged by callbacks.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

@@ -43,6 +43,11 @@ class ReservationRefused(QTGError):
     http_status = 409
 
 
+def _fmt(amount: Decimal) -> str:
+    """An amount as people write it: no trailing zeros, no exponent (1000, not 1E+3)."""
+    return format(Decimal(amount).normalize(), "f")
+
+
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:
     qs = Reservation.objects.filter(asset=cap.asset, state__in=states)
     if cap.source:
@@ -77,28 +82,28 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
     in_flight = hardcap_in_flight(hardcap=cap)
     if in_flight + amount > cap.max_in_flight:
         raise ReservationRefused(
-            f"{cap} refuses {amount} {cap.asset}: {in_flight} already in flight, the cap is "
-            f"{cap.max_in_flight}",
+            f"{cap} refuses {_fmt(amount)} {cap.asset}: {_fmt(in_flight)} already in flight, "
+            f"the cap is {_fmt(cap.max_in_flight)}",
             details={
                 "hardcap": cap.pk,
                 "scope": cap.scope_label,
-                "cap": str(cap.max_in_flight),
-                "in_flight": str(in_flight),
-                "asked": str(amount),
+                "cap": _fmt(cap.max_in_flight),
+                "in_flight": _fmt(in_flight),
+                "asked": _fmt(amount),
             },
         )
     if cap.max_per_24h is not None:
         used = hardcap_used_24h(hardcap=cap, now=now)
         if used + amount > cap.max_per_24h:
             raise ReservationRefused(
-                f"{cap} refuses {amount} {cap.asset}: {used} reserved in the last 24 hours, "
-                f"the 24-hour limit is {cap.max_per_24h}",
+                f"{cap} refuses {_fmt(amount)} {cap.asset}: {_fmt(used)} reserved in the last "
+                f"24 hours, the 24-hour limit is {_fmt(cap.max_per_24h)}",
                 details={
                     "hardcap": cap.pk,
                     "scope": cap.scope_label,
-                    "limit_24h": str(cap.max_per_24h),
-                    "used_24h": str(used),
-                    "asked": str(amount),
+                    "limit_24h": _fmt(cap.max_per_24h),
+                    "used_24h": _fmt(used),
+                    "asked": _fmt(amount),
                 },
             )
 
