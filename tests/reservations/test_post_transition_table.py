@@ -17,12 +17,14 @@ from movements.actors import Actor
 from movements.services import (
     intervention_force_complete,
     intervention_force_fail,
+    intervention_retry,
     manual_gate_resume,
     movement_approve,
     movement_cancel,
     movement_create,
     movement_expire,
     movement_reject,
+    node_resolve_unknown,
 )
 from movements.states import NodeState, RequestState
 from reservations.models import Reservation, ReservationState
@@ -158,6 +160,30 @@ SCENARIOS = [
         RequestState.FAILED,
         HELD,
         ["request_failed"],
+    ),
+    (
+        "unknown withdrawal resolved as failed by an operator",
+        lambda w: w.drive.run(w.approved(), "withdraw", outcome=NodeState.UNKNOWN),
+        lambda w, r: node_resolve_unknown(
+            request=r,
+            node_key="withdraw",
+            outcome=NodeState.FAILED,
+            evidence="venue says: never sent",
+            actor=w.operator,
+        ),
+        RequestState.FAILED,
+        RELEASED,
+        ["request_failed"],
+    ),
+    (
+        "failed node retried by an operator",
+        lambda w: w.intervention(),
+        lambda w, r: intervention_retry(
+            request=r, node_key="withdraw_observe", actor=w.operator, reason="venue is back"
+        ),
+        RequestState.EXECUTING,
+        HELD,
+        [],
     ),
     (
         "refused by the hardcap at validation",
