@@ -29,7 +29,7 @@ from django.utils import timezone
 from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
-from callbacks.targets import TargetRefused, validate_target_url
+from callbacks.targets import TargetRefused, pin_target_url
 from movements.actors import Actor
 from movements.exceptions import ActionRefused, NotFound, NotPermitted
 from movements.models import MovementRequest
@@ -226,7 +226,7 @@ def _claim(delivery_id: Any) -> _Claim | None:
 
 def _post(claim: _Claim) -> _Outcome:
     try:
-        validate_target_url(claim.url)
+        target = pin_target_url(claim.url)
     except TargetRefused as exc:
         return _Outcome(ok=False, error=f"target refused: {exc}")
     timeout = float(_setting("QTG_CALLBACKS_TIMEOUT_SECONDS"))
@@ -240,6 +240,7 @@ def _post(claim: _Claim) -> _Outcome:
         signing.HEADER_SIGNATURE: signing.sign(
             secret=claim.secret, timestamp=timestamp, body=claim.body
         ),
+        **target.headers,
     }
     started = time.monotonic()
     try:
@@ -248,7 +249,13 @@ def _post(claim: _Claim) -> _Outcome:
             httpx.Client(
                 timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False
             ) as client,
-            client.stream("POST", claim.url, content=claim.body, headers=headers) as response,
+            client.stream(
+                "POST",
+                target.url,
+                content=claim.body,
+                headers=headers,
+                extensions=target.extensions,
+            ) as response,
         ):
             excerpt = b""
             for chunk in response.iter_bytes():

@@ -1,11 +1,17 @@
 """Target URL validation: http(s) only, and no private, loopback or link-local addresses
 unless QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS is on."""
 
+import socket
+from urllib.parse import urlsplit
+
 import pytest
 from django.core.exceptions import ValidationError
 
-from callbacks.models import Subscription
-from callbacks.targets import TargetRefused, validate_target_url
+from callbacks import targets
+from callbacks.models import Delivery, DeliveryStatus, Subscription
+from callbacks.targets import TargetRefused, pin_target_url, validate_target_url
+from movements.actors import Actor
+from movements.services import movement_approve
 
 
 @pytest.mark.parametrize(
@@ -96,3 +102,84 @@ def test_a_new_subscription_gets_a_strong_random_secret():
 
     assert len(first.secret) >= 40
     assert first.secret != second.secret
+
+
+def _resolves_to(monkeypatch, address: str) -> None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
+    def fake_getaddrinfo(host, port, *args, **kwargs):
+        return [(family, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(targets.socket, "getaddrinfo", fake_getaddrinfo)
+
+
+def test_a_name_is_pinned_to_the_checked_address_with_host_and_sni_kept(monkeypatch, settings):
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+    _resolves_to(monkeypatch, "93.184.215.14")
+
+    target = pin_target_url("https://hooks.example.test:8443/qtg?x=1")
+
+    assert target.url == "https://93.184.215.14:8443/qtg?x=1"
+    assert target.headers == {"Host": "hooks.example.test:8443"}
+    assert target.extensions == {"sni_hostname": "hooks.example.test"}
+
+
+def test_an_ipv6_address_is_pinned_in_brackets(monkeypatch, settings):
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+    _resolves_to(monkeypatch, "2606:2800:21f:cb07:6820:80da:af6b:8b2c")
+
+    target = pin_target_url("http://hooks.example.test/qtg")
+
+    assert target.url == "http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/qtg"
+    assert (target.headers, target.extensions) == ({"Host": "hooks.example.test"}, {})
+
+
+def test_nothing_is_pinned_when_private_targets_are_allowed(settings):
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = True
+
+    target = pin_target_url("http://hooks.example.test/qtg")
+
+    assert (target.url, target.headers, target.extensions) == (
+        "http://hooks.example.test/qtg",
+        {},
+        {},
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("eager_tasks")
+def test_a_host_that_now_resolves_to_a_private_address_gets_nothing(
+    monkeypatch, settings, subscribe, make_movement, django_capture_on_commit_callbacks
+):
+    subscribe("http://hooks.example.test/qtg", "request_approved")
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+    _resolves_to(monkeypatch, "10.0.0.7")
+    request = make_movement()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        movement_approve(request=request, actor=Actor.system("tests"))
+
+    delivery = Delivery.objects.get()
+    assert delivery.attempts == 1
+    assert "resolves to 10.0.0.7" in delivery.last_error
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("eager_tasks")
+def test_the_pinned_request_reaches_the_checked_address_with_the_original_host(
+    monkeypatch, settings, receiver, subscribe, make_movement, django_capture_on_commit_callbacks
+):
+    port = urlsplit(receiver.url).port
+    subscribe(f"http://hooks.example.test:{port}/hooks/qtg", "request_approved")
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+    _resolves_to(monkeypatch, "127.0.0.1")
+    # Treat the test receiver's loopback address as public, so the pinned path is exercised.
+    monkeypatch.setattr(targets, "_is_private", lambda address: False)
+    request = make_movement()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        movement_approve(request=request, actor=Actor.system("tests"))
+
+    [got] = receiver.received
+    assert got.headers["Host"] == f"hooks.example.test:{port}"
+    assert Delivery.objects.get().status == DeliveryStatus.DELIVERED
