@@ -84,13 +84,15 @@ def test_filling_the_cap_exactly_is_allowed(eurc):
 
 
 def test_amounts_add_up_as_decimals_not_floats(eurc):
-    # 0.1 + 0.2 > 0.3 in binary floating point; the cap must not refuse the second one.
-    hardcap_ensure(asset=ASSET, max_in_flight="0.3")
+    # 0.1 + 0.2 > 0.3 in binary floating point; the cap must hold exactly 0.1 + 0.2 + 0.3.
+    cap = hardcap_ensure(asset=ASSET, max_in_flight="0.6")
     eurc("0.1")
+    eurc("0.2")
 
-    request = eurc("0.2")
+    request = eurc("0.3")
 
     assert request.request_state == RequestState.PENDING_APPROVAL
+    assert hardcap_in_flight(hardcap=cap) == Decimal("0.6")
 
 
 def test_a_released_reservation_frees_its_headroom(eurc, operator):
