@@ -245,7 +245,10 @@ def reservation_settle(
             "a reason is required to settle a reservation", details={"reason": ["required"]}
         )
     pk = reservation.pk if isinstance(reservation, Reservation) else reservation
-    request_id = Reservation.objects.filter(pk=pk).values_list("request_id", flat=True).first()
+    try:
+        request_id = Reservation.objects.filter(pk=pk).values_list("request_id", flat=True).first()
+    except (ValueError, TypeError):
+        request_id = None
     if request_id is None:
         raise NotFound(f"reservation {pk} does not exist")
     # Lock order: the movement request before what hangs off it.

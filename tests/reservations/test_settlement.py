@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from movements.actors import Actor
-from movements.exceptions import ActionRefused, InvalidInput, NotPermitted
+from movements.exceptions import ActionRefused, InvalidInput, NotFound, NotPermitted
 from movements.services import intervention_force_fail
 from movements.states import NodeState, RequestState
 from reservations.models import ReservationState
@@ -90,6 +90,14 @@ def test_a_running_movement_reservation_cannot_be_settled_by_hand(make_movement,
             outcome="RELEASED",
             reason="looks stuck",
             actor=Actor.for_user(settler),
+        )
+
+
+@pytest.mark.parametrize("missing", [987654, "not-a-number"])
+def test_settling_a_missing_reservation_is_not_found(settler, missing):
+    with pytest.raises(NotFound):
+        reservation_settle(
+            reservation=missing, outcome="RELEASED", reason="x", actor=Actor.for_user(settler)
         )
 
 
