@@ -51,6 +51,9 @@ class QueryCounter:
 
 
 def setup_movements(n: int) -> list[MovementRequest]:
+    from reservations.services import hardcap_ensure_demo_defaults
+
+    hardcap_ensure_demo_defaults()
     creator = User.objects.create_user("bench-creator", password="x")
     approver = Actor.system("bench-approver")
     requests = []

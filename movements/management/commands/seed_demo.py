@@ -12,6 +12,7 @@ from movements.actors import Actor
 from movements.exceptions import QTGError
 from movements.services import movement_approve, movement_create
 from movements.states import RequestState
+from reservations.services import hardcap_ensure_demo_defaults
 
 OPERATOR_PERMS = (
     "view_movementrequest",
@@ -85,15 +86,6 @@ def _perms(codenames) -> list[Permission]:
     )
 
 
-def seed_demo_hardcaps() -> None:
-    """Hardcaps for the demo assets, when the reservations app provides them."""
-    from reservations import services as reservations
-
-    seed = getattr(reservations, "seed_demo_hardcaps", None)
-    if callable(seed):
-        seed()
-
-
 class Command(BaseCommand):
     help = "Create the demo users (printing their passwords) and demo movements."
 
@@ -132,7 +124,8 @@ class Command(BaseCommand):
             "operator": self._user("operator", perms=OPERATOR_PERMS, reset=reset),
             "supervisor": self._user("supervisor", perms=SUPERVISOR_PERMS, reset=reset),
         }
-        seed_demo_hardcaps()
+        # Reservations fail closed: the demo assets need hardcaps before any movement.
+        hardcap_ensure_demo_defaults()
         operator, supervisor = users["operator"][0], users["supervisor"][0]
         created = 0
         for key, template, amount, params, approve, note in DEMO_MOVEMENTS:
