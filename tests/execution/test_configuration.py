@@ -96,3 +96,21 @@ def test_seeding_the_demo_twice_creates_users_and_movements_once(capsys):
     assert "password" in first and "(unchanged" in second
     operator = User.objects.get(username="operator")
     assert operator.has_perm("movements.approve_movement")
+
+
+@pytest.mark.django_db
+def test_the_sandbox_ledger_is_visible_but_read_only_in_the_admin(client, make_movement):
+    from django.contrib.auth.models import User
+
+    from tests.execution.conftest import settle
+
+    settle(make_movement(approve=True))
+    admin = User.objects.create_superuser("root", "root@qtg.invalid", "pw")
+    client.force_login(admin)
+
+    listing = client.get("/admin/sandbox/ledgerentry/")
+    adding = client.get("/admin/sandbox/ledgerentry/add/")
+
+    assert listing.status_code == 200
+    assert b"withdraw" in listing.content
+    assert adding.status_code == 403
