@@ -18,9 +18,7 @@ from rest_framework import serializers
 # Patterns are anchored with \A and \Z (``$`` would let a trailing newline through);
 # drf-spectacular publishes them with ECMA anchors, so the schema states exactly what the
 # server accepts.
-AMOUNT_PATTERN_EXACT = (
-    r"\A(?:[1-9][0-9]{0,19}(?:\.[0-9]{1,18})?|0\.(?=[0-9]*[1-9])[0-9]{1,18})\Z"
-)
+AMOUNT_PATTERN_EXACT = r"\A(?:[1-9][0-9]{0,19}(?:\.[0-9]{1,18})?|0\.(?=[0-9]*[1-9])[0-9]{1,18})\Z"
 # SQLite keeps a decimal column as a REAL when it can: only 15 significant digits survive, and
 # longer amounts would be rounded silently (or fail to read back). On SQLite the API therefore
 # takes at most 15 digits (an integer part >= 1), or "0." and up to 18 decimal places of which

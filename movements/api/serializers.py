@@ -100,7 +100,9 @@ class ResumeInputSerializer(serializers.Serializer):
         help_text="The manual gate to release; needed only when several are waiting.",
     )
     note = StrictCharField(
-        required=False, allow_blank=True, max_length=MAX_REASON_LENGTH,
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON_LENGTH,
         help_text="Recorded in the audit trail.",
     )
 

@@ -112,7 +112,8 @@ class RouteTemplateListView(APIView, generics.GenericAPIView):
         responses={200: MovementSerializer(many=True), **errors(400, 401, 404)},
     ),
     retrieve=extend_schema(
-        summary="Read one movement", parameters=[MOVEMENT_ID],
+        summary="Read one movement",
+        parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(401, 404)},
     ),
 )
@@ -150,15 +151,21 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         "with a different body is a 409. Keys are scoped to the authenticated client.",
         parameters=[
             OpenApiParameter(
-                IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=True,
+                IDEMPOTENCY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                required=True,
                 pattern=ecma(IDEMPOTENCY_KEY_PATTERN),
                 description="A key the client chooses per movement (visible ASCII, 1-255).",
             )
         ],
         request=MovementCreateInputSerializer,
         responses={
-            201: OpenApiResponse(MovementSerializer, description="Created (possibly FAILED "
-                                 "with its `failure_reason`, e.g. over the hardcap)."),
+            201: OpenApiResponse(
+                MovementSerializer,
+                description="Created (possibly FAILED "
+                "with its `failure_reason`, e.g. over the hardcap).",
+            ),
             200: OpenApiResponse(MovementSerializer, description="A replay: the original."),
             **errors(400, 401, 409, 415),
         },
@@ -187,13 +194,16 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         )
         if movement.replayed:
             return Response(
-                self._read(movement.pk), status=status.HTTP_200_OK,
+                self._read(movement.pk),
+                status=status.HTTP_200_OK,
                 headers={REPLAYED_HEADER: "true"},
             )
         return Response(self._read(movement.pk), status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        summary="Approve (four-eyes: not by its creator)", request=None, parameters=[MOVEMENT_ID],
+        summary="Approve (four-eyes: not by its creator)",
+        request=None,
+        parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(401, 403, 404, 409)},
     )
     @action(detail=True, methods=["post"])
@@ -202,7 +212,8 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         return Response(self._read(movement.pk))
 
     @extend_schema(
-        summary="Reject a movement waiting for approval", request=ReasonInputSerializer,
+        summary="Reject a movement waiting for approval",
+        request=ReasonInputSerializer,
         parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
     )
@@ -215,7 +226,8 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         return Response(self._read(movement.pk))
 
     @extend_schema(
-        summary="Cancel (refused while money may be in flight)", request=ReasonInputSerializer,
+        summary="Cancel (refused while money may be in flight)",
+        request=ReasonInputSerializer,
         parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
     )
@@ -228,7 +240,8 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         return Response(self._read(movement.pk))
 
     @extend_schema(
-        summary="Release a waiting manual gate", request=ResumeInputSerializer,
+        summary="Release a waiting manual gate",
+        request=ResumeInputSerializer,
         parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
     )
@@ -236,13 +249,16 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
     def resume(self, request: Request, pk: str) -> Response:
         data = self._input(ResumeInputSerializer, request)
         movement = manual_gate_resume(
-            request=movement_id(pk), actor=Actor.for_user(request.user),
-            node_key=data.get("node_key"), note=data.get("note", ""),
+            request=movement_id(pk),
+            actor=Actor.for_user(request.user),
+            node_key=data.get("node_key"),
+            note=data.get("note", ""),
         )
         return Response(self._read(movement.pk))
 
     @extend_schema(
-        summary="The movement's audit trail, oldest first", parameters=[MOVEMENT_ID],
+        summary="The movement's audit trail, oldest first",
+        parameters=[MOVEMENT_ID],
         responses={200: MovementEventSerializer(many=True), **errors(401, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

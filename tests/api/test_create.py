@@ -11,8 +11,16 @@ from tests.api.conftest import MOVEMENTS, assert_error, client_for, create_body,
 from tests.conftest import make_user
 
 CONTRACT_FIELDS = {
-    "id", "request_state", "template", "asset", "amount", "current_frontier", "expires_at",
-    "created_at", "reservation", "nodes",
+    "id",
+    "request_state",
+    "template",
+    "asset",
+    "amount",
+    "current_frontier",
+    "expires_at",
+    "created_at",
+    "reservation",
+    "nodes",
 }
 NODE_FIELDS = {"node_key", "kind", "node_state", "has_side_effect", "attempt", "external_ref"}
 
