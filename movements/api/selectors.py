@@ -1,5 +1,8 @@
 """Reads behind the API: what a client may see, and the rows one response needs."""
 
+from pathlib import Path
+
+from django.conf import settings
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Prefetch, QuerySet
 
@@ -11,7 +14,10 @@ VIEW_ALL_PERMISSIONS = ("movements.view_movementrequest", "movements.change_move
 
 def route_templates_current() -> list[RouteTemplate]:
     """The newest active version of every template (the files are loaded on first use)."""
-    if not RouteTemplate.objects.exists():
+    # Loading is idempotent and each file commits on its own, so a request that arrives while
+    # another is still loading must load too rather than trust a non-empty, partial table.
+    files = len(list(Path(settings.QTG_ROUTE_TEMPLATE_DIR).glob("*.yaml")))
+    if RouteTemplate.objects.count() < files:
         route_templates_sync()
     newest: dict[str, RouteTemplate] = {}
     for template in RouteTemplate.objects.filter(is_active=True).order_by("key", "-version"):
