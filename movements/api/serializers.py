@@ -35,7 +35,8 @@ def decimal_string(value: Decimal | None) -> str | None:
     """A stored amount as plain digits without trailing zeros: Decimal("100.000") -> "100"."""
     if value is None:
         return None
-    return format(value.normalize(), "f")
+    text = format(value, "f")  # no rounding: normalize() would round to 28 digits
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 # --- Errors ----------------------------------------------------------------------------------

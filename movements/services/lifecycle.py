@@ -9,7 +9,7 @@ it changes, and changes state only through ``set_request_state`` / ``set_node_st
 import hashlib
 import json
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -53,6 +53,7 @@ from movements.states import (
 from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
+AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
 
 
 def _authorize(actor: Actor, codename: str) -> None:
@@ -196,7 +197,10 @@ def movement_create(
     params = params or {}
     created_by = actor.user
     fingerprint = request_fingerprint(
-        template=template, asset=asset, amount=str(amount.normalize()), source=source,
+        # normalize() under the default 28-digit context would round a 38-digit amount and
+        # let two different amounts share a fingerprint.
+        template=template, asset=asset, amount=str(amount.normalize(AMOUNT_CONTEXT)),
+        source=source,
         destination=destination, params=params,
         expires_in=expires_in.total_seconds() if expires_in else None,
     )

@@ -103,6 +103,19 @@ def test_on_postgresql_the_largest_amount_below_1e20_is_kept_exactly(integration
     assert response.json()["amount"] == amount
 
 
+@pytest.mark.postgres
+def test_on_postgresql_amounts_differing_in_the_38th_digit_are_different_bodies(
+    integration_client,
+):
+    post_create(integration_client, create_body(amount="9" * 20 + "." + "9" * 18), key="k")
+
+    again = post_create(
+        integration_client, create_body(amount="9" * 20 + "." + "9" * 17 + "8"), key="k"
+    )
+
+    assert_error(again, 409, "idempotency_conflict")
+
+
 @pytest.mark.skipif(settings.DB_IS_POSTGRES, reason="SQLite only")
 @pytest.mark.parametrize("amount", ["1234567890123456", "1234567890.1234567", "0.1234567890123456"])
 def test_on_sqlite_an_amount_it_would_round_is_a_400(integration_client, amount):
