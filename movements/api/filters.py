@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime
 
+from django import forms
 from django_filters import rest_framework as filters
 from django_filters.fields import IsoDateTimeField
 
@@ -33,6 +34,20 @@ class UTCDateTimeFilter(filters.IsoDateTimeFilter):
     field_class = UTCDateTimeField
 
 
+class StrictFilterForm(forms.Form):
+    """A filter given with an empty value is refused: HTML forms send empty fields, API
+    clients that send ``?created_after=`` have a bug worth hearing about."""
+
+    NOT_EMPTY = ("request_state", "created_after", "created_before")
+
+    def clean(self):
+        cleaned = super().clean()
+        for name in self.NOT_EMPTY:
+            if self.data.get(name) == "":
+                self.add_error(name, "This filter may not be empty.")
+        return cleaned
+
+
 class MovementFilter(filters.FilterSet):
     request_state = filters.ChoiceFilter(choices=RequestState.choices())
     template = filters.CharFilter(field_name="template_key", help_text="Route template key.")
@@ -46,6 +61,7 @@ class MovementFilter(filters.FilterSet):
 
     class Meta:
         model = MovementRequest
+        form = StrictFilterForm
         fields = ["request_state", "template", "asset", "created_after", "created_before"]
 
     def filter_asset(self, queryset, name, value):

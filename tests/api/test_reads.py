@@ -200,6 +200,12 @@ def test_the_list_filters(integration_client, three_movements, params, expected)
     assert ids_of(response) == {three_movements[name] for name in expected}
 
 
+def test_an_empty_template_or_asset_filter_is_ignored(integration_client, three_movements):
+    response = integration_client.get(MOVEMENTS, {"template": "", "asset": ""})
+
+    assert ids_of(response) == set(three_movements.values())
+
+
 def test_the_list_filters_by_creation_time(integration_client, three_movements):
     old = MovementRequest.objects.get(pk=three_movements["usdc"])
     old.created_at = timezone.now() - timedelta(days=10)
@@ -237,6 +243,11 @@ def test_any_iso_timestamp_is_a_valid_filter(integration_client, value):
         {"created_before": "2026-13-45T99:00:00"},
         {"created_after": "9" * 500},
         {"template": "a\x00b"},
+        {"created_after": ""},
+        {"request_state": ""},
+        {"page_size": "0"},
+        {"page_size": "201"},
+        {"page_size": "ten"},
     ],
 )
 def test_a_bad_filter_value_is_a_400_naming_the_filter(integration_client, params):
