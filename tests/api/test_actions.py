@@ -6,6 +6,7 @@ import pytest
 from django.db import transaction
 
 from movements.actors import Actor
+from movements.exceptions import StaleState
 from movements.models import MovementEvent, MovementRequest
 from movements.selectors import current_nodes
 from movements.services import advance_after_completion, set_node_state, set_request_state
@@ -290,3 +291,17 @@ def test_a_malformed_resume_body_is_a_400(waiting_at_gate, approver_client, body
     response = post_json(approver_client, movement_url(waiting_at_gate["id"], "resume"), body)
 
     assert_error(response, 400, "invalid")
+
+
+def test_a_409_without_a_state_in_its_details_still_names_the_current_state(
+    created, approver_client, monkeypatch
+):
+    def stale(**kwargs):
+        raise StaleState("changed by someone else")
+
+    monkeypatch.setattr("movements.api.views.movement_approve", stale)
+
+    response = approver_client.post(movement_url(created["id"], "approve"))
+
+    body = assert_error(response, 409, "stale_state")
+    assert body["details"]["current_state"] == "PENDING_APPROVAL"
