@@ -16,6 +16,7 @@ from drf_spectacular.utils import (
 from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -81,6 +82,8 @@ class APIView:
     authentication_classes = [StrictTokenAuthentication]
     permission_classes = [IsAuthenticated]
     parser_classes = [StrictJSONParser]
+    # JSON only: the browsable API needs session login, which a token API does not offer.
+    renderer_classes = [JSONRenderer]
 
 
 def movement_id(raw: str) -> uuid.UUID:

@@ -110,3 +110,23 @@ def test_a_get_on_an_action_is_a_405(integration_client, created):
     response = integration_client.get(movement_url(created["id"], "approve"))
 
     assert_error(response, 405, "method_not_allowed")
+
+
+READ_URLS = ["/api/v1/route-templates/", MOVEMENTS, "{movement}", "{movement}events/"]
+
+
+@pytest.mark.parametrize("url", READ_URLS)
+@pytest.mark.parametrize("accept", ["text/html", "*/*", "application/json"])
+@pytest.mark.parametrize("method", ["get", "head", "options"])
+def test_reads_answer_json_whatever_the_accept_header_says(
+    approver_client, created, url, accept, method
+):
+    url = url.format(movement=movement_url(created["id"]))
+
+    response = getattr(approver_client, method)(url, HTTP_ACCEPT=accept)
+
+    assert response.status_code == (406 if accept == "text/html" else 200)
+    if method != "head":
+        assert response["Content-Type"] == "application/json"
+    if response.status_code == 406 and method != "head":
+        assert_error(response, 406, "not_acceptable")
