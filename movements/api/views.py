@@ -15,6 +15,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -85,6 +86,17 @@ class APIView:
     # JSON only: the browsable API needs session login, which a token API does not offer.
     renderer_classes = [JSONRenderer]
 
+    def query_parameters(self) -> set[str]:
+        """The query parameters this operation understands."""
+        return set()
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)
+        # A misspelt filter (?state=FAILED) must not quietly return everything.
+        unknown = set(request.query_params) - self.query_parameters()
+        if unknown:
+            raise ValidationError({name: ["Unknown query parameter."] for name in sorted(unknown)})
+
 
 def movement_id(raw: str) -> uuid.UUID:
     try:
@@ -126,6 +138,16 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
     filterset_class = MovementFilter
     pagination_class = MovementPagination
     lookup_value_regex = "[^/]+"
+
+    def query_parameters(self) -> set[str]:
+        if self.action != "list":
+            return set()
+        paginator = self.paginator
+        return {
+            *MovementFilter.base_filters,
+            paginator.page_query_param,
+            paginator.page_size_query_param,
+        }
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user

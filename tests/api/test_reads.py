@@ -262,3 +262,24 @@ def test_a_page_that_does_not_exist_is_a_404(integration_client, three_movements
     response = integration_client.get(MOVEMENTS, {"page": page})
 
     assert_error(response, 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    ("url", "params"),
+    [
+        (MOVEMENTS, {"state": "FAILED"}),
+        (MOVEMENTS, {"request_state": "FAILED", "colour": "red"}),
+        ("/api/v1/route-templates/", {"key": "cex_to_cex"}),
+    ],
+)
+def test_an_unknown_query_parameter_is_a_400_naming_it(integration_client, url, params):
+    response = integration_client.get(url, params)
+
+    body = assert_error(response, 400, "invalid")
+    assert set(body["details"]) == set(params) - {"request_state"}
+
+
+def test_an_unknown_query_parameter_on_an_action_is_a_400(created, approver_client):
+    response = approver_client.post(movement_url(created["id"], "approve") + "?force=1")
+
+    assert "force" in assert_error(response, 400, "invalid")["details"]
