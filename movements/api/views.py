@@ -56,7 +56,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotency-Replayed"
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid input: `details` maps each field to its problems.",
+    400: "Invalid input (body, header or query parameter): `details` maps each field to "
+    "its problems.",
     401: "No token, or an invalid one.",
     403: "The token's user lacks the permission (or four-eyes forbids it).",
     404: "No such movement visible to this client.",
@@ -77,7 +78,7 @@ MOVEMENT_ID = OpenApiParameter(
 )
 
 
-class APIView:
+class APIDefaults:
     # What every endpoint of the API shares (a mixin without a docstring: drf-spectacular
     # would publish it as the description of every operation).
     authentication_classes = [StrictTokenAuthentication]
@@ -108,9 +109,9 @@ def movement_id(raw: str) -> uuid.UUID:
 @extend_schema(
     tags=["route templates"],
     summary="List the active route templates",
-    responses={200: RouteTemplateSerializer(many=True), **errors(401)},
+    responses={200: RouteTemplateSerializer(many=True), **errors(400, 401)},
 )
-class RouteTemplateListView(APIView, generics.GenericAPIView):
+class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
     serializer_class = RouteTemplateSerializer
     pagination_class = None
     filter_backends = []
@@ -129,11 +130,11 @@ class RouteTemplateListView(APIView, generics.GenericAPIView):
     retrieve=extend_schema(
         summary="Read one movement",
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(401, 404)},
+        responses={200: MovementSerializer, **errors(400, 401, 404)},
     ),
 )
 @extend_schema(tags=["movements"])
-class MovementViewSet(APIView, viewsets.GenericViewSet):
+class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
     serializer_class = MovementSerializer
     filterset_class = MovementFilter
     pagination_class = MovementPagination
@@ -229,7 +230,7 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
         summary="Approve (four-eyes: not by its creator)",
         request=None,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(401, 403, 404, 409)},
+        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409)},
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
@@ -284,7 +285,7 @@ class MovementViewSet(APIView, viewsets.GenericViewSet):
     @extend_schema(
         summary="The movement's audit trail, oldest first",
         parameters=[MOVEMENT_ID],
-        responses={200: MovementEventSerializer(many=True), **errors(401, 404)},
+        responses={200: MovementEventSerializer(many=True), **errors(400, 401, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def events(self, request: Request, pk: str) -> Response:
