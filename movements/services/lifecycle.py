@@ -24,6 +24,7 @@ from movements.exceptions import (
     InvalidInput,
     NotFound,
     NotPermitted,
+    QTGError,
     TemplateInvalid,
 )
 from movements.models import (
@@ -301,7 +302,7 @@ def _create(
             params=params,
         )
     except TemplateInvalid as exc:
-        return _fail_validation(request, actor, str(exc))
+        return _fail_validation(request, actor, exc)
 
     request.template = route_template
     request.template_version = route_template.version
@@ -310,7 +311,7 @@ def _create(
     try:
         reservation_hold(request=request, actor=actor)
     except ReservationRefused as exc:
-        return _fail_validation(request, actor, str(exc))
+        return _fail_validation(request, actor, exc)
     _build_plan(request, plan)
     set_request_state(
         request=request,
@@ -322,13 +323,14 @@ def _create(
     return request
 
 
-def _fail_validation(request: MovementRequest, actor: Actor, reason: str) -> MovementRequest:
-    request.failure_reason = reason
+def _fail_validation(request: MovementRequest, actor: Actor, exc: QTGError) -> MovementRequest:
+    # The event keeps the structured details (the cap, the amount in flight, ...) as evidence.
+    request.failure_reason = exc.message
     set_request_state(
         request=request,
         new_state=RequestState.FAILED,
         actor=actor,
-        detail={"reason": reason},
+        detail={"reason": exc.message, "code": exc.code, **exc.details},
         update_fields=["failure_reason"],
         nodes=[],
     )
