@@ -9,7 +9,7 @@ it changes, and changes state only through ``set_request_state`` / ``set_node_st
 import hashlib
 import json
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -54,6 +54,8 @@ from movements.states import (
 from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
+AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
+SQLITE_EXACT_DIGITS = 15
 
 
 def _authorize(actor: Actor, codename: str) -> None:
@@ -104,6 +106,15 @@ def _parse_amount(amount: Any) -> Decimal:
     if value.as_tuple().exponent < -18:
         raise InvalidInput(
             "amount has more than 18 decimal places", details={"amount": ["too precise"]}
+        )
+    digits = len(value.normalize(AMOUNT_CONTEXT).as_tuple().digits)
+    if not settings.DB_IS_POSTGRES and digits > SQLITE_EXACT_DIGITS:
+        # SQLite keeps a decimal column as a REAL: beyond 15 significant digits the amount
+        # would be silently rounded, and money is never silently rounded.
+        raise InvalidInput(
+            f"amount has {digits} significant digits; the embedded SQLite database stores "
+            f"{SQLITE_EXACT_DIGITS} exactly (use PostgreSQL for more)",
+            details={"amount": ["too precise for this database"]},
         )
     return value
 
@@ -205,7 +216,9 @@ def movement_create(
     fingerprint = request_fingerprint(
         template=template,
         asset=asset,
-        amount=str(amount.normalize()),
+        # normalize() under the default 28-digit context would round a 38-digit amount and
+        # let two different amounts share a fingerprint.
+        amount=str(amount.normalize(AMOUNT_CONTEXT)),
         source=source,
         destination=destination,
         params=params,
