@@ -185,9 +185,10 @@ class MovementRequestAdmin(admin.ModelAdmin):
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
     inlines = (NodeInline, EventInline)
+    readonly_fields = ("amount_display",)
     fieldsets = (
         ("Movement", {"fields": (
-            "id", "template_key", "template_version", "asset", "amount", "source",
+            "id", "template_key", "template_version", "asset", "amount_display", "source",
             "destination", "params", "idempotency_key",
         )}),
         ("Approval", {"fields": (
@@ -221,8 +222,8 @@ class MovementRequestAdmin(admin.ModelAdmin):
                 ),
             )
 
-        return ("short_id", "state_badge", "template_key", "asset", "amount_display",
-                "created_by", "age", "frontier", row_actions)
+        return ("short_id", "state_badge", row_actions, "amount_display", "asset",
+                "template_key", "created_by", "age", "frontier")
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj):

@@ -21,6 +21,12 @@ WORKER = Actor.system("tests-worker")
 TO_COMPLETED = ("PREPARING", "SUBMITTING", "SUBMITTED", "COMPLETED")
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    # Every test here logs users in; the production hasher costs a second per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def staff_user(username: str, *groups: str) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username, is_staff=True)
     user.groups.set(Group.objects.filter(name__in=groups))
@@ -119,3 +125,72 @@ def intervention_failed(make_movement):
         return drive(request, "withdraw_observe", "OBSERVING", "FAILED")
 
     return _make
+
+
+@pytest.fixture
+def intervention_reconciled(intervention_unknown):
+    """MANUAL_INTERVENTION with nothing stuck any more: recovery found the UNKNOWN observation
+    did happen (SUBMITTED) and the request is waiting for a supervisor to resume it."""
+
+    def _make(**kwargs):
+        request = intervention_unknown(**kwargs)
+        with transaction.atomic():
+            locked = MovementRequest.objects.select_for_update().get(pk=request.pk)
+            node = next(n for n in current_nodes(locked, lock=True) if n.node_state == "UNKNOWN")
+            set_node_state(node=node, new_state=NodeState.SUBMITTED, actor=WORKER)
+        request.refresh_from_db()
+        return request
+
+    return _make
+
+
+REASON = {"reason": "checked with the venue desk"}
+
+# action name -> (fixture building a movement where it is legal, form data, state after it)
+SCENARIOS = {
+    "approve": ("make_movement", {}, RequestState.APPROVED),
+    "reject": ("make_movement", REASON, RequestState.REJECTED),
+    "resume_gate": (
+        "waiting_at_gate", {"node_key": "manual_release", "note": "desk confirmed"},
+        RequestState.EXECUTING,
+    ),
+    "cancel": ("executing", REASON, RequestState.CANCELLED),
+    "resolve_unknown": (
+        "intervention_unknown",
+        {"node_key": "withdraw_observe", "outcome": "COMPLETED", "evidence": "txid 0xabc"},
+        RequestState.EXECUTING,
+    ),
+    "intervention_resume": ("intervention_reconciled", REASON, RequestState.EXECUTING),
+    "intervention_retry": (
+        "intervention_failed", {"node_key": "withdraw_observe", **REASON},
+        RequestState.EXECUTING,
+    ),
+    "force_complete": ("intervention_failed", REASON, RequestState.COMPLETED),
+    "force_fail": ("intervention_failed", REASON, RequestState.FAILED),
+}
+
+OPERATOR_ACTIONS = ("approve", "reject", "resume_gate", "cancel")
+SUPERVISOR_ONLY_ACTIONS = (
+    "resolve_unknown", "intervention_resume", "intervention_retry", "force_complete", "force_fail",
+)
+
+
+@pytest.fixture
+def scenario(request):
+    """Build the movement an action applies to: ``scenario(name) -> (movement, data, state)``."""
+
+    def _build(name: str):
+        fixture, data, after = SCENARIOS[name]
+        return request.getfixturevalue(fixture)(), data, after
+
+    return _build
+
+
+def snapshot(movement: MovementRequest) -> tuple:
+    """Everything an action could change: the request state, its node attempts, its events."""
+    movement = MovementRequest.objects.get(pk=movement.pk)
+    return (
+        movement.request_state,
+        sorted(movement.nodes.values_list("node_key", "attempt", "node_state", "is_current")),
+        movement.events.count(),
+    )
