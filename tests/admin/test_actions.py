@@ -215,7 +215,9 @@ def test_resolving_an_unknown_node_records_the_outcome_and_the_evidence(
     client.force_login(supervisor)
 
     post_action(client, movement, "resolve_unknown", {
-        "node_key": "withdraw_observe", "outcome": "FAILED", "evidence": "venue: no such withdrawal",
+        "node_key": "withdraw_observe",
+        "outcome": "FAILED",
+        "evidence": "venue: no such withdrawal",
     })
 
     node = movement.nodes.get(node_key="withdraw_observe", is_current=True)
