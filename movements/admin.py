@@ -296,6 +296,8 @@ class MovementRequestAdmin(admin.ModelAdmin):
         ]
         now = timezone.now()
         return {
+            "subtitle": f"{obj.short_id} · {obj.template_key} · {format_amount(obj.amount)} "
+            f"{obj.asset}",
             "movement": obj,
             "state_badge": request_state_badge(obj.request_state),
             "amount_display": format_amount(obj.amount),

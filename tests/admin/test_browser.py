@@ -12,6 +12,7 @@ from django.conf import settings
 
 from movements.models import MovementRequest
 from movements.states import NodeState, RequestState
+from tests.admin.conftest import TO_COMPLETED, drive
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -129,3 +130,44 @@ def test_a_supervisor_resolves_a_movement_in_manual_intervention(
     node = movement.nodes.get(node_key="withdraw_observe", is_current=True)
     assert node.node_state == NodeState.COMPLETED
     assert MovementRequest.objects.get(pk=movement.pk).request_state == RequestState.EXECUTING
+
+
+def test_the_plan_graph_renders_in_the_browser_with_every_outside_request_blocked(
+    browser_page, live_server, op, make_movement
+):
+    # given a split-and-join movement mid-flight: withdrawn, chain watched, exchange watching
+    movement = make_movement("split_join", approve=True, amount="125000.00")
+    drive(movement, "withdraw", *TO_COMPLETED)
+    drive(movement, "chain_observe", "OBSERVING", "COMPLETED")
+    drive(movement, "withdraw_observe", "OBSERVING")
+    page = browser_page
+    outside = []
+
+    def only_the_live_server(route):
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_live_server)
+
+    # when the operator opens the movement page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{movement.pk}/change/")
+
+    # then every node of the plan is drawn, with the frontier marked, and nothing was fetched
+    # from anywhere but QTG itself
+    for key in ("withdraw", "withdraw_observe", "chain_observe", "deposit_observe"):
+        box = page.locator(f"#qtg-graph g[data-node={key}]").bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 40
+    expect(page.locator("#qtg-graph g[data-frontier]")).to_have_count(1)
+    expect(page.locator("#qtg-graph g[data-frontier]")).to_have_attribute(
+        "data-node", "withdraw_observe"
+    )
+    assert outside == []
+    path = ARTIFACTS / "movement-page.png"
+    bottom = page.locator("#qtg-graph").bounding_box()
+    height = bottom["y"] + bottom["height"] + 16
+    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 1400, "height": height})
+    print(f"screenshot: {path}")
