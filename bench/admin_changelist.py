@@ -31,9 +31,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7, help="timed page loads per view")
-    parser.add_argument("--sqlite", help="SQLite file to fill and keep (filled once, then "
-                        "re-measured on later runs) instead of a throw-away one")
+    parser.add_argument("--sqlite", help="SQLite file to fill and keep, instead of a "
+                        "throw-away one")
     parser.add_argument("--verbose", action="store_true", help="show the slowest queries")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure a database this script filled before, without refilling")
     args = parser.parse_args()
 
     scratch = None
@@ -56,7 +58,7 @@ def main() -> None:
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     print(f"database: {engine} ({settings.DATABASES['default']['NAME']})")
     if MovementRequest.objects.exists():
-        if not args.sqlite:
+        if not args.reuse:
             sys.exit("refusing to fill a database that already holds movements: use an empty one")
         print(f"re-using {MovementRequest.objects.count():,} movements")
     else:
@@ -68,7 +70,7 @@ def main() -> None:
 
 def fill(rows: int) -> None:
     from django.contrib.auth.models import Group, User
-    from django.db import transaction
+    from django.db import connection, transaction
     from django.utils import timezone
 
     from movements.actors import Actor
@@ -123,6 +125,8 @@ def fill(rows: int) -> None:
                 for request in requests
                 for plan_node in plan_nodes
             )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # what autovacuum would do after a load this size
     print(f"filled {rows:,} movements ({rows * len(plan_nodes):,} node attempts) "
           f"in {time.perf_counter() - started:.1f}s")
 

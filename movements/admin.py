@@ -27,7 +27,12 @@ from django.utils.timesince import timesince
 
 from movements.actors import Actor
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
-from movements.admin_filters import CreatedRangeFilter, StateFilter
+from movements.admin_filters import (
+    AssetFilter,
+    CreatedRangeFilter,
+    StateFilter,
+    TemplateFilter,
+)
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
 from movements.exceptions import QTGError
 from movements.models import (
@@ -173,7 +178,7 @@ class MovementChangeList(ChangeList):
 @admin.register(MovementRequest)
 class MovementRequestAdmin(admin.ModelAdmin):
     list_display_links = ("short_id",)
-    list_filter = (StateFilter, "template_key", "asset", CreatedRangeFilter)
+    list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
     list_select_related = ("created_by",)
     list_per_page = 50
     show_full_result_count = False

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connections
 
 from movements.models import MovementRequest
 from movements.states import NodeState, RequestState
@@ -49,6 +50,10 @@ def browser_page(monkeypatch):
         page.set_default_timeout(15_000)
         yield page
         browser.close()
+        # Inside Playwright's event loop the ORM keeps its connections per context, not per
+        # thread: close the ones this test opened here, or PostgreSQL cannot drop the test
+        # database at the end of the session.
+        connections.close_all()
 
 
 def screenshot(page, name: str) -> Path:
