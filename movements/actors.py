@@ -39,3 +39,12 @@ class Actor:
         if self.user is not None:
             return f"{self.type}:{self.user.get_username()}"
         return f"{self.type}:{self.id}"
+
+
+def resolve_actor(
+    actor: Actor | None = None, actor_type: str | None = None, actor_id: str | None = None
+) -> Actor:
+    """Accept either an Actor or the spec's (actor_type, actor_id) pair; default: the system."""
+    if actor is not None:
+        return actor
+    return Actor(type=actor_type or ActorType.SYSTEM, id=actor_id or "system")

@@ -219,7 +219,8 @@ def validate_template(definition: Any) -> dict[str, Any]:
         undeclared = _placeholders(config) - set(params) - set(BUILTIN_PARAMS)
         if undeclared:
             raise _fail(
-                name, f"node {key!r}: config uses undeclared param(s) {', '.join(sorted(undeclared))}"
+                name,
+                f"node {key!r}: config uses undeclared param(s) {', '.join(sorted(undeclared))}",
             )
         on_success = raw.get("on_success") or []
         if isinstance(on_success, str):

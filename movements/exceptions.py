@@ -49,6 +49,13 @@ class ActionRefused(QTGError):
     http_status = 409
 
 
+class StaleState(QTGError):
+    """Someone else changed the row first; nothing was written."""
+
+    code = "stale_state"
+    http_status = 409
+
+
 class IdempotencyConflict(QTGError):
     """The idempotency key was already used with a different body."""
 

@@ -82,7 +82,8 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
     source = models.CharField(max_length=200)
     destination = models.CharField(max_length=200)
     params = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "", for "no key": the per-client uniqueness constraint ignores NULLs.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -139,7 +140,9 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
 class MovementPlanNode(models.Model):
     """A node of the plan compiled for one request (an immutable snapshot)."""
 
-    request = models.ForeignKey(MovementRequest, on_delete=models.CASCADE, related_name="plan_nodes")
+    request = models.ForeignKey(
+        MovementRequest, on_delete=models.CASCADE, related_name="plan_nodes"
+    )
     key = models.CharField(max_length=64)
     kind = models.CharField(max_length=16, choices=NodeKind.choices)
     executor = models.CharField(max_length=64)
@@ -164,7 +167,9 @@ class EdgeKind(models.TextChoices):
 
 
 class MovementPlanEdge(models.Model):
-    request = models.ForeignKey(MovementRequest, on_delete=models.CASCADE, related_name="plan_edges")
+    request = models.ForeignKey(
+        MovementRequest, on_delete=models.CASCADE, related_name="plan_edges"
+    )
     source = models.ForeignKey(MovementPlanNode, on_delete=models.CASCADE, related_name="out_edges")
     target = models.ForeignKey(MovementPlanNode, on_delete=models.CASCADE, related_name="in_edges")
     kind = models.CharField(max_length=16, choices=EdgeKind.choices, default=EdgeKind.ON_SUCCESS)

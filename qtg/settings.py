@@ -167,8 +167,14 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 QTG_TICK_SECONDS = float(os.environ.get("QTG_TICK_SECONDS", "2"))
 CELERY_BEAT_SCHEDULE = {
     "dispatch-ready-nodes": {"task": "movements.dispatch_ready", "schedule": QTG_TICK_SECONDS},
-    "observe-submitted-nodes": {"task": "movements.observe_submitted", "schedule": QTG_TICK_SECONDS},
-    "recover-unknown-nodes": {"task": "movements.recover_unknown", "schedule": QTG_TICK_SECONDS * 5},
+    "observe-submitted-nodes": {
+        "task": "movements.observe_submitted",
+        "schedule": QTG_TICK_SECONDS,
+    },
+    "recover-unknown-nodes": {
+        "task": "movements.recover_unknown",
+        "schedule": QTG_TICK_SECONDS * 5,
+    },
     "reap-expired-leases": {"task": "movements.reap_leases", "schedule": QTG_TICK_SECONDS * 5},
     "expire-pending-approvals": {"task": "movements.expire_approvals", "schedule": 30.0},
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},

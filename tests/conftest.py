@@ -21,6 +21,11 @@ ALL_MOVEMENT_PERMS = [
 ]
 
 
+def pytest_configure(config):
+    # Real hashing costs ~100 ms per user; tests create many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def pytest_collection_modifyitems(config, items):
     on_postgres = settings.DB_IS_POSTGRES
     skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)")
@@ -66,9 +71,7 @@ def make_movement(db, creator):
             "destination": "sandbox-exchange-b",
         }
         fields.update(overrides)
-        request = movement_create(
-            template=template, actor=Actor.for_user(by or creator), **fields
-        )
+        request = movement_create(template=template, actor=Actor.for_user(by or creator), **fields)
         if approve:
             movement_approve(request=request, actor=Actor.system("tests-approver"))
             request.refresh_from_db()

@@ -27,8 +27,7 @@ def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
             return RequestState.FAILED
 
     waiting_at_gate = any(
-        node.node_state == NodeState.READY and node.node_key.startswith("manual_")
-        for node in nodes
+        node.node_state == NodeState.READY and node.node_key.startswith("manual_") for node in nodes
     )
     if waiting_at_gate and not any(node.node_state in RUNNING_NODE_STATES for node in nodes):
         return RequestState.WAITING_MANUAL_ACTION

@@ -91,7 +91,9 @@ def _require_reason(reason: str, action: str) -> str:
 
 def _parse_amount(amount: Any) -> Decimal:
     if isinstance(amount, float):
-        raise InvalidInput("amount must be a decimal string, not a float", details={"amount": ["float"]})
+        raise InvalidInput(
+            "amount must be a decimal string, not a float", details={"amount": ["float"]}
+        )
     try:
         value = Decimal(str(amount))
     except (InvalidOperation, ValueError):
@@ -180,8 +182,12 @@ def movement_create(
     """
     amount = _parse_amount(amount)
     errors = {}
-    for name, value in (("template", template), ("asset", asset), ("source", source),
-                        ("destination", destination)):
+    for name, value in (
+        ("template", template),
+        ("asset", asset),
+        ("source", source),
+        ("destination", destination),
+    ):
         if not isinstance(value, str) or not value.strip():
             errors[name] = ["required"]
     if params is not None and not isinstance(params, dict):
@@ -196,8 +202,12 @@ def movement_create(
     params = params or {}
     created_by = actor.user
     fingerprint = request_fingerprint(
-        template=template, asset=asset, amount=str(amount.normalize()), source=source,
-        destination=destination, params=params,
+        template=template,
+        asset=asset,
+        amount=str(amount.normalize()),
+        source=source,
+        destination=destination,
+        params=params,
         expires_in=expires_in.total_seconds() if expires_in else None,
     )
     if idempotency_key:
@@ -209,9 +219,16 @@ def movement_create(
     try:
         with transaction.atomic():
             request = _create(
-                template=template, asset=asset, amount=amount, source=source,
-                destination=destination, params=params, expires_in=expires_in,
-                idempotency_key=idempotency_key, fingerprint=fingerprint, actor=actor,
+                template=template,
+                asset=asset,
+                amount=amount,
+                source=source,
+                destination=destination,
+                params=params,
+                expires_in=expires_in,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+                actor=actor,
             )
     except IntegrityError:
         # A concurrent create with the same key won the race: return it (or refuse).
@@ -227,8 +244,19 @@ def movement_create(
     return request
 
 
-def _create(*, template, asset, amount, source, destination, params, expires_in,
-            idempotency_key, fingerprint, actor) -> MovementRequest:
+def _create(
+    *,
+    template,
+    asset,
+    amount,
+    source,
+    destination,
+    params,
+    expires_in,
+    idempotency_key,
+    fingerprint,
+    actor,
+) -> MovementRequest:
     now = timezone.now()
     request = MovementRequest.objects.create(
         template_key=template,
@@ -249,16 +277,25 @@ def _create(*, template, asset, amount, source, destination, params, expires_in,
         actor=actor,
         kind=MovementEvent.Kind.CREATED,
         new_state=RequestState.RECEIVED,
-        detail={"template": template, "asset": asset, "amount": str(amount),
-                "source": source, "destination": destination},
+        detail={
+            "template": template,
+            "asset": asset,
+            "amount": str(amount),
+            "source": source,
+            "destination": destination,
+        },
     )
     route_template = route_template_current(template)
     try:
         if route_template is None:
             raise TemplateInvalid(f"unknown route template {template!r}")
         plan = compile_plan(
-            route_template.definition, asset=asset, amount=amount, source=source,
-            destination=destination, params=params,
+            route_template.definition,
+            asset=asset,
+            amount=amount,
+            source=source,
+            destination=destination,
+            params=params,
         )
     except TemplateInvalid as exc:
         return _fail_validation(request, actor, str(exc))
@@ -272,16 +309,26 @@ def _create(*, template, asset, amount, source, destination, params, expires_in,
     except ReservationRefused as exc:
         return _fail_validation(request, actor, str(exc))
     _build_plan(request, plan)
-    set_request_state(request=request, new_state=RequestState.VALIDATED, actor=actor,
-                      detail={"plan": [node.key for node in plan.nodes]})
+    set_request_state(
+        request=request,
+        new_state=RequestState.VALIDATED,
+        actor=actor,
+        detail={"plan": [node.key for node in plan.nodes]},
+    )
     set_request_state(request=request, new_state=RequestState.PENDING_APPROVAL, actor=actor)
     return request
 
 
 def _fail_validation(request: MovementRequest, actor: Actor, reason: str) -> MovementRequest:
     request.failure_reason = reason
-    set_request_state(request=request, new_state=RequestState.FAILED, actor=actor,
-                      detail={"reason": reason}, update_fields=["failure_reason"], nodes=[])
+    set_request_state(
+        request=request,
+        new_state=RequestState.FAILED,
+        actor=actor,
+        detail={"reason": reason},
+        update_fields=["failure_reason"],
+        nodes=[],
+    )
     return request
 
 
@@ -290,8 +337,9 @@ def _cancel_waiting_nodes(
 ) -> None:
     for node in nodes:
         if node.node_state in (NodeState.BLOCKED, NodeState.READY):
-            set_node_state(node=node, new_state=NodeState.CANCELLED, actor=actor,
-                           detail={"reason": reason})
+            set_node_state(
+                node=node, new_state=NodeState.CANCELLED, actor=actor, detail={"reason": reason}
+            )
     request.current_frontier = compute_frontier(nodes)
     request.save(update_fields=["current_frontier", "updated_at"])
 
@@ -308,13 +356,19 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     if request.expires_at and request.expires_at <= timezone.now():
         raise ActionRefused(
             f"cannot approve: the approval window closed at {request.expires_at.isoformat()}",
-            details={"current_state": request.request_state,
-                     "expires_at": request.expires_at.isoformat()},
+            details={
+                "current_state": request.request_state,
+                "expires_at": request.expires_at.isoformat(),
+            },
         )
     request.approved_by = actor.user
     request.approved_at = timezone.now()
-    set_request_state(request=request, new_state=RequestState.APPROVED, actor=actor,
-                      update_fields=["approved_by", "approved_at"])
+    set_request_state(
+        request=request,
+        new_state=RequestState.APPROVED,
+        actor=actor,
+        update_fields=["approved_by", "approved_at"],
+    )
     start_roots(request, actor=actor)
     return request
 
@@ -323,20 +377,29 @@ def _end_before_execution(request, *, new_state, actor, reason) -> MovementReque
     request.failure_reason = reason
     nodes = current_nodes(request, lock=True)
     _cancel_waiting_nodes(request, nodes, actor, reason)
-    set_request_state(request=request, new_state=new_state, actor=actor, nodes=nodes,
-                      detail={"reason": reason}, update_fields=["failure_reason"])
+    set_request_state(
+        request=request,
+        new_state=new_state,
+        actor=actor,
+        nodes=nodes,
+        detail={"reason": reason},
+        update_fields=["failure_reason"],
+    )
     return request
 
 
 @transaction.atomic
-def movement_reject(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+def movement_reject(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
     """PENDING_APPROVAL -> REJECTED with a reason; the reservation is released."""
     _authorize(actor, "reject_movement")
     reason = _require_reason(reason, "reject")
     request = _lock_request(request)
     _require_state(request, RequestState.PENDING_APPROVAL, action="reject")
-    return _end_before_execution(request, new_state=RequestState.REJECTED, actor=actor,
-                                 reason=reason)
+    return _end_before_execution(
+        request, new_state=RequestState.REJECTED, actor=actor, reason=reason
+    )
 
 
 @transaction.atomic
@@ -345,10 +408,16 @@ def movement_expire(*, request: MovementRequest | Any, actor: Actor) -> Movement
     request = _lock_request(request)
     _require_state(request, RequestState.PENDING_APPROVAL, action="expire")
     if request.expires_at is None or request.expires_at > timezone.now():
-        raise ActionRefused("cannot expire: the approval window is still open",
-                            details={"current_state": request.request_state})
-    return _end_before_execution(request, new_state=RequestState.EXPIRED, actor=actor,
-                                 reason=f"approval window closed at {request.expires_at.isoformat()}")
+        raise ActionRefused(
+            "cannot expire: the approval window is still open",
+            details={"current_state": request.request_state},
+        )
+    return _end_before_execution(
+        request,
+        new_state=RequestState.EXPIRED,
+        actor=actor,
+        reason=f"approval window closed at {request.expires_at.isoformat()}",
+    )
 
 
 def expire_overdue_approvals(*, actor: Actor, limit: int = 500) -> int:
@@ -367,14 +436,17 @@ def expire_overdue_approvals(*, actor: Actor, limit: int = 500) -> int:
 
 
 @transaction.atomic
-def movement_cancel(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+def movement_cancel(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
     """EXECUTING/WAITING_MANUAL_ACTION -> CANCELLED; refused while any node is in flight
     (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED."""
     _authorize(actor, "cancel_movement")
     reason = _require_reason(reason, "cancel")
     request = _lock_request(request)
-    _require_state(request, RequestState.EXECUTING, RequestState.WAITING_MANUAL_ACTION,
-                   action="cancel")
+    _require_state(
+        request, RequestState.EXECUTING, RequestState.WAITING_MANUAL_ACTION, action="cancel"
+    )
     nodes = current_nodes(request, lock=True)
     in_flight = [n.node_key for n in nodes if n.node_state in IN_FLIGHT_NODE_STATES]
     if in_flight:
@@ -382,8 +454,9 @@ def movement_cancel(*, request: MovementRequest | Any, actor: Actor, reason: str
             f"cannot cancel while money may be in flight at {', '.join(in_flight)}",
             details={"current_state": request.request_state, "in_flight_nodes": in_flight},
         )
-    return _end_before_execution(request, new_state=RequestState.CANCELLED, actor=actor,
-                                 reason=reason)
+    return _end_before_execution(
+        request, new_state=RequestState.CANCELLED, actor=actor, reason=reason
+    )
 
 
 def _current_node(request: MovementRequest, node_key: str | None, *, lock: bool = True):
@@ -392,13 +465,18 @@ def _current_node(request: MovementRequest, node_key: str | None, *, lock: bool 
 
 
 @transaction.atomic
-def manual_gate_resume(*, request: MovementRequest | Any, actor: Actor, node_key: str | None = None,
-                       note: str = "") -> MovementRequest:
+def manual_gate_resume(
+    *, request: MovementRequest | Any, actor: Actor, node_key: str | None = None, note: str = ""
+) -> MovementRequest:
     """Release a READY manual gate: the gate completes and the frontier moves past it."""
     _authorize(actor, "resume_manual_gate")
     request = _lock_request(request)
-    _require_state(request, RequestState.WAITING_MANUAL_ACTION, RequestState.EXECUTING,
-                   action="resume a manual gate")
+    _require_state(
+        request,
+        RequestState.WAITING_MANUAL_ACTION,
+        RequestState.EXECUTING,
+        action="resume a manual gate",
+    )
     nodes = current_nodes(request, lock=True)
     gates = [n for n in nodes if n.kind == NodeKind.MANUAL_GATE and n.node_state == NodeState.READY]
     if node_key:
@@ -409,13 +487,20 @@ def manual_gate_resume(*, request: MovementRequest | Any, actor: Actor, node_key
             details={"current_state": request.request_state},
         )
     if len(gates) > 1:
-        raise InvalidInput("several manual gates are waiting: name one",
-                           details={"node_key": [g.node_key for g in gates]})
+        raise InvalidInput(
+            "several manual gates are waiting: name one",
+            details={"node_key": [g.node_key for g in gates]},
+        )
     gate = gates[0]
     detail = {"released_by": str(actor), "note": note}
     if request.request_state == RequestState.WAITING_MANUAL_ACTION:
-        set_request_state(request=request, new_state=RequestState.EXECUTING, actor=actor,
-                          nodes=nodes, detail={"manual_gate": gate.node_key, "note": note})
+        set_request_state(
+            request=request,
+            new_state=RequestState.EXECUTING,
+            actor=actor,
+            nodes=nodes,
+            detail={"manual_gate": gate.node_key, "note": note},
+        )
     set_node_state(node=gate, new_state=NodeState.OBSERVING, actor=actor, detail=detail)
     set_node_state(node=gate, new_state=NodeState.COMPLETED, actor=actor, detail=detail)
     advance_after_completion(request, gate, actor=actor, nodes=nodes)
@@ -426,28 +511,38 @@ UNKNOWN_OUTCOMES = (NodeState.SUBMITTED, NodeState.COMPLETED, NodeState.FAILED)
 
 
 @transaction.atomic
-def node_resolve_unknown(*, request: MovementRequest | Any, node_key: str, outcome: str,
-                         evidence: Any, actor: Actor) -> MovementRequest:
+def node_resolve_unknown(
+    *, request: MovementRequest | Any, node_key: str, outcome: str, evidence: Any, actor: Actor
+) -> MovementRequest:
     """An operator reconciles an UNKNOWN node by hand: SUBMITTED, COMPLETED or FAILED, with the
     evidence that says so."""
     _authorize(actor, "resolve_unknown_node")
     if outcome not in UNKNOWN_OUTCOMES:
-        raise InvalidInput("outcome must be SUBMITTED, COMPLETED or FAILED",
-                           details={"outcome": [f"not one of {', '.join(UNKNOWN_OUTCOMES)}"]})
+        raise InvalidInput(
+            "outcome must be SUBMITTED, COMPLETED or FAILED",
+            details={"outcome": [f"not one of {', '.join(UNKNOWN_OUTCOMES)}"]},
+        )
     if not evidence or (isinstance(evidence, str) and not evidence.strip()):
-        raise InvalidInput("evidence is required to resolve an UNKNOWN node",
-                           details={"evidence": ["required"]})
+        raise InvalidInput(
+            "evidence is required to resolve an UNKNOWN node", details={"evidence": ["required"]}
+        )
     request = _lock_request(request)
     nodes, node = _current_node(request, node_key)
     if node is None:
         raise NotFound(f"movement has no node {node_key!r}")
     if node.node_state != NodeState.UNKNOWN:
-        raise ActionRefused(f"node {node_key} is {node.node_state}, not UNKNOWN",
-                            details={"current_state": node.node_state})
+        raise ActionRefused(
+            f"node {node_key} is {node.node_state}, not UNKNOWN",
+            details={"current_state": node.node_state},
+        )
     node.lease_owner, node.lease_expires_at = "", None
-    set_node_state(node=node, new_state=outcome, actor=actor,
-                   detail={"resolution": "manual", "evidence": evidence},
-                   update_fields=["lease_owner", "lease_expires_at"])
+    set_node_state(
+        node=node,
+        new_state=outcome,
+        actor=actor,
+        detail={"resolution": "manual", "evidence": evidence},
+        update_fields=["lease_owner", "lease_expires_at"],
+    )
     if outcome == NodeState.COMPLETED:
         advance_after_completion(request, node, actor=actor, nodes=nodes)
     else:
@@ -460,7 +555,9 @@ def _require_intervention(request: MovementRequest, action: str) -> None:
 
 
 @transaction.atomic
-def intervention_resume(*, request: MovementRequest | Any, actor: Actor, reason: str) -> MovementRequest:
+def intervention_resume(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
     """MANUAL_INTERVENTION -> EXECUTING once no node is FAILED or UNKNOWN; the frontier is
     re-examined so nodes whose predecessors are done wake up."""
     _authorize(actor, "resume_intervention")
@@ -474,15 +571,21 @@ def intervention_resume(*, request: MovementRequest | Any, actor: Actor, reason:
             f"cannot resume while {', '.join(stuck)} is FAILED or UNKNOWN: retry or resolve it",
             details={"current_state": request.request_state, "nodes": stuck},
         )
-    set_request_state(request=request, new_state=RequestState.EXECUTING, actor=actor,
-                      nodes=nodes, detail={"reason": reason})
+    set_request_state(
+        request=request,
+        new_state=RequestState.EXECUTING,
+        actor=actor,
+        nodes=nodes,
+        detail={"reason": reason},
+    )
     refresh_frontier(request, actor=actor)
     return request
 
 
 @transaction.atomic
-def intervention_retry(*, request: MovementRequest | Any, node_key: str, actor: Actor,
-                       reason: str) -> MovementRequest:
+def intervention_retry(
+    *, request: MovementRequest | Any, node_key: str, actor: Actor, reason: str
+) -> MovementRequest:
     """A new attempt of a FAILED node. The failed attempt keeps its history and no longer
     counts in derivation; the request goes back to EXECUTING once nothing else is stuck."""
     _authorize(actor, "retry_node")
@@ -493,8 +596,10 @@ def intervention_retry(*, request: MovementRequest | Any, node_key: str, actor: 
     if failed is None:
         raise NotFound(f"movement has no node {node_key!r}")
     if failed.node_state != NodeState.FAILED:
-        raise ActionRefused(f"only a FAILED node can be retried; {node_key} is {failed.node_state}",
-                            details={"current_state": failed.node_state})
+        raise ActionRefused(
+            f"only a FAILED node can be retried; {node_key} is {failed.node_state}",
+            details={"current_state": failed.node_state},
+        )
     failed.is_current = False
     failed.save(update_fields=["is_current", "updated_at"])
     attempt = MovementRequestNode.objects.create(
@@ -507,10 +612,18 @@ def intervention_retry(*, request: MovementRequest | Any, node_key: str, actor: 
         signing_required=failed.signing_required,
         attempt=failed.attempt + 1,
     )
-    record_event(request=request, node=failed, actor=actor,
-                 detail={"superseded_by_attempt": attempt.attempt, "reason": reason})
-    set_node_state(node=attempt, new_state=NodeState.READY, actor=actor,
-                   detail={"retry_of_attempt": failed.attempt, "reason": reason})
+    record_event(
+        request=request,
+        node=failed,
+        actor=actor,
+        detail={"superseded_by_attempt": attempt.attempt, "reason": reason},
+    )
+    set_node_state(
+        node=attempt,
+        new_state=NodeState.READY,
+        actor=actor,
+        detail={"retry_of_attempt": failed.attempt, "reason": reason},
+    )
     nodes = [attempt if n.pk == failed.pk else n for n in nodes]
     request.current_frontier = compute_frontier(nodes)
     request.save(update_fields=["current_frontier", "updated_at"])
@@ -528,14 +641,21 @@ def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: A
         )
     request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
     _cancel_waiting_nodes(request, nodes, actor, reason)
-    set_request_state(request=request, new_state=new_state, actor=actor, nodes=nodes,
-                      detail={"reason": reason, "forced": True}, update_fields=["failure_reason"])
+    set_request_state(
+        request=request,
+        new_state=new_state,
+        actor=actor,
+        nodes=nodes,
+        detail={"reason": reason, "forced": True},
+        update_fields=["failure_reason"],
+    )
     return request
 
 
 @transaction.atomic
-def intervention_force_complete(*, request: MovementRequest | Any, actor: Actor,
-                                reason: str) -> MovementRequest:
+def intervention_force_complete(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
     """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed."""
     _authorize(actor, "force_complete_movement")
     reason = _require_reason(reason, "force-complete")
@@ -545,8 +665,9 @@ def intervention_force_complete(*, request: MovementRequest | Any, actor: Actor,
 
 
 @transaction.atomic
-def intervention_force_fail(*, request: MovementRequest | Any, actor: Actor,
-                            reason: str) -> MovementRequest:
+def intervention_force_fail(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
     """MANUAL_INTERVENTION -> FAILED on an operator's word; the reservation stays held when a
     side effect completed (an operator settles it)."""
     _authorize(actor, "force_fail_movement")

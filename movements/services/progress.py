@@ -3,7 +3,7 @@
 from typing import Any
 
 from callbacks.services import callback_enqueue
-from movements.actors import Actor
+from movements.actors import Actor, resolve_actor
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes, predecessor_map, successor_keys
@@ -41,9 +41,11 @@ def _path_to(current: RequestState, target: RequestState) -> list[RequestState] 
 
 def apply_request_state_from_nodes(
     request: MovementRequest,
-    *,
-    actor: Actor,
     nodes: list[MovementRequestNode] | None = None,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> RequestState | None:
     """Write the derived request state when the transition is legal; return the new state.
@@ -52,6 +54,7 @@ def apply_request_state_from_nodes(
     ``set_request_state``. A request in MANUAL_INTERVENTION whose FAILED/UNKNOWN nodes are all
     resolved goes back to EXECUTING (or on to COMPLETED). The caller holds the request lock.
     """
+    actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
         nodes = current_nodes(request)
     derived = derive_request_state(nodes)
@@ -157,13 +160,16 @@ def start_roots(request: MovementRequest, *, actor: Actor) -> None:
 def advance_after_completion(
     request: MovementRequest,
     completed_node: MovementRequestNode,
-    *,
-    actor: Actor,
     nodes: list[MovementRequestNode] | None = None,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
 ) -> None:
     """After a node completes: wake its successors along on_success edges (a join waits for all
     its predecessors), update ``current_frontier``, send ``frontier_advanced``, and derive the
     request state. The caller holds the request lock."""
+    actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
         nodes = current_nodes(request, lock=True)
     # The caller's instance of the completed node is the freshest one.

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django_fsm import ConcurrentTransition
 
-from movements.actors import Actor
-from movements.exceptions import IllegalStateTransition
+from movements.actors import Actor, resolve_actor
+from movements.exceptions import IllegalStateTransition, StaleState
 from movements.fsm import transition_method_name
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services.effects import after_request_transition
@@ -45,20 +46,32 @@ def record_event(
     )
 
 
-@transaction.atomic(savepoint=False)
+def _save(instance: Any, fields: list[str]) -> None:
+    try:
+        instance.save(update_fields=fields)
+    except ConcurrentTransition:
+        # django-fsm-2 found the row's state changed since we read it: another writer won.
+        # The enclosing transaction is marked for rollback, so nothing of this change lands.
+        raise StaleState(f"{instance} was changed by someone else; reload and try again") from None
+
+
 def set_node_state(
-    *,
     node: MovementRequestNode,
     new_state: NodeState | str,
-    actor: Actor,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
     update_fields: Iterable[str] = (),
 ) -> MovementEvent:
     """Move one node along an edge of NODE_TRANSITIONS and audit it.
 
     The caller holds the node's row lock; ``update_fields`` names other fields it changed on
-    the instance that must be saved with the state.
+    the instance that must be saved with the state. The actor is an ``Actor`` or the spec's
+    ``actor_type``/``actor_id`` pair.
     """
+    actor = resolve_actor(actor, actor_type, actor_id)
     old_state = node.node_state
     try:
         target = NodeState(new_state)
@@ -68,26 +81,29 @@ def set_node_state(
         raise IllegalStateTransition(
             subject=f"node {node.node_key}", current=old_state, target=str(new_state)
         )
-    getattr(node, transition_method_name(target))()
-    node.state_changed_at = timezone.now()
-    node.save(update_fields=["node_state", "state_changed_at", "updated_at", *update_fields])
-    return record_event(
-        request=node.request,
-        node=node,
-        actor=actor,
-        kind=MovementEvent.Kind.TRANSITION,
-        old_state=old_state,
-        new_state=target,
-        detail=detail,
-    )
+    # Validated before the transaction opens, so a refusal never poisons the caller's.
+    with transaction.atomic(savepoint=False):
+        getattr(node, transition_method_name(target))()
+        node.state_changed_at = timezone.now()
+        _save(node, ["node_state", "state_changed_at", "updated_at", *update_fields])
+        return record_event(
+            request=node.request,
+            node=node,
+            actor=actor,
+            kind=MovementEvent.Kind.TRANSITION,
+            old_state=old_state,
+            new_state=target,
+            detail=detail,
+        )
 
 
-@transaction.atomic(savepoint=False)
 def set_request_state(
-    *,
     request: MovementRequest,
     new_state: RequestState | str,
-    actor: Actor,
+    *,
+    actor: Actor | None = None,
+    actor_type: str | None = None,
+    actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
     nodes: list[MovementRequestNode] | None = None,
     update_fields: Iterable[str] = (),
@@ -97,6 +113,7 @@ def set_request_state(
 
     The caller holds the request's row lock.
     """
+    actor = resolve_actor(actor, actor_type, actor_id)
     old_state = request.request_state
     try:
         target = RequestState(new_state)
@@ -104,24 +121,25 @@ def set_request_state(
         target = None
     if target is None or not can_transition_request_state(old_state, target):
         raise IllegalStateTransition(subject="request", current=old_state, target=str(new_state))
-    getattr(request, transition_method_name(target))()
-    fields = ["request_state", "state_changed_at", "updated_at", *update_fields]
-    request.state_changed_at = timezone.now()
-    if target == RequestState.COMPLETED:
-        request.current_frontier = []
-        fields.append("current_frontier")
-    request.save(update_fields=list(dict.fromkeys(fields)))
-    event = record_event(
-        request=request,
-        actor=actor,
-        kind=MovementEvent.Kind.TRANSITION,
-        old_state=old_state,
-        new_state=target,
-        detail=detail,
-    )
-    if nodes is None:
-        nodes = list(MovementRequestNode.objects.current().filter(request=request))
-    after_request_transition(
-        request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
-    )
-    return event
+    with transaction.atomic(savepoint=False):
+        getattr(request, transition_method_name(target))()
+        fields = ["request_state", "state_changed_at", "updated_at", *update_fields]
+        request.state_changed_at = timezone.now()
+        if target == RequestState.COMPLETED:
+            request.current_frontier = []
+            fields.append("current_frontier")
+        _save(request, list(dict.fromkeys(fields)))
+        event = record_event(
+            request=request,
+            actor=actor,
+            kind=MovementEvent.Kind.TRANSITION,
+            old_state=old_state,
+            new_state=target,
+            detail=detail,
+        )
+        if nodes is None:
+            nodes = list(MovementRequestNode.objects.current().filter(request=request))
+        after_request_transition(
+            request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
+        )
+        return event

@@ -54,9 +54,7 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
 
 def route_template_current(key: str) -> RouteTemplate | None:
     """The newest active version of a template (the files are loaded on first use)."""
-    template = (
-        RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version").first()
-    )
+    template = RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version").first()
     if template is None and not RouteTemplate.objects.exists():
         route_templates_sync()
         template = (
