@@ -10,11 +10,12 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Cast
@@ -163,6 +164,43 @@ class EventInline(ReadOnlyInline):
         return format_html('<pre class="qtg-evidence">{}</pre>', text)
 
 
+def _installed_model(app_label: str, model_name: str):
+    """A model of a neighbouring app, or None while that app does not define it yet."""
+    try:
+        return apps.get_model(app_label, model_name)
+    except LookupError:
+        return None
+
+
+class DeliveryInline(ReadOnlyInline):
+    """The webhook deliveries this movement caused (the callbacks app's outbox)."""
+
+    model = _installed_model("callbacks", "Delivery")
+    fk_name = "request"
+    verbose_name = "callback delivery"
+    verbose_name_plural = "Callback deliveries (newest first)"
+    show_change_link = True  # redeliver lives on the delivery's own page
+    fields = readonly_fields = (
+        "created_at", "event_type", "subscription", "status", "attempts", "last_status_code",
+        "last_error", "next_attempt_at", "delivered_at",
+    )
+
+    def get_queryset(self, request):
+        return (
+            super().get_queryset(request)
+            .select_related("subscription")
+            .order_by("-created_at", "-pk")
+        )
+
+
+def reservation_of(movement: MovementRequest):
+    """The movement's reservation, when the reservations app keeps one for it."""
+    try:
+        return getattr(movement, "reservation", None)
+    except ObjectDoesNotExist:
+        return None
+
+
 class MovementChangeList(ChangeList):
     def apply_select_related(self, qs):
         # The row actions need each movement's live nodes: one query for the whole page.
@@ -277,6 +315,11 @@ class MovementRequestAdmin(admin.ModelAdmin):
 
     # --- the movement page ------------------------------------------------------------------
 
+    def get_inlines(self, request, obj):
+        if DeliveryInline.model is None:
+            return self.inlines
+        return (*self.inlines, DeliveryInline)
+
     def has_add_permission(self, request):
         return False  # movements are created through the API or the services
 
@@ -300,7 +343,13 @@ class MovementRequestAdmin(admin.ModelAdmin):
             for a in available_actions(obj, nodes, user)
         ]
         now = timezone.now()
+        reservation = reservation_of(obj)
         return {
+            "reservation": reservation and {
+                "state": reservation.state,
+                "amount": format_amount(reservation.amount),
+                "asset": reservation.asset,
+            },
             "subtitle": f"{obj.short_id} · {obj.template_key} · {format_amount(obj.amount)} "
             f"{obj.asset}",
             "movement": obj,
