@@ -41,8 +41,25 @@ GROUP_PERMISSIONS: dict[str, tuple[str, ...]] = {
     SUPERVISORS: SUPERVISOR_PERMISSIONS,
 }
 
+# The movement page links to the reservation and the callback deliveries of a movement; these
+# are granted as soon as the reservations and callbacks apps define them.
+_NEIGHBOUR_VIEW = (
+    "reservations.view_reservation",
+    "reservations.view_hardcap",
+    "callbacks.view_delivery",
+    "callbacks.view_subscription",
+)
+NEIGHBOUR_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    OPERATORS: _NEIGHBOUR_VIEW,
+    SUPERVISORS: (
+        *_NEIGHBOUR_VIEW,
+        "callbacks.redeliver_delivery",
+        "reservations.settle_reservation",
+    ),
+}
 
-def _permissions(names: tuple[str, ...]) -> list[Permission]:
+
+def _permissions(names: tuple[str, ...], *, required: bool = True) -> list[Permission]:
     wanted = {tuple(name.split(".", 1)) for name in names}
     found = {
         (p.content_type.app_label, p.codename): p
@@ -51,9 +68,9 @@ def _permissions(names: tuple[str, ...]) -> list[Permission]:
         )
     }
     missing = sorted(f"{app}.{codename}" for app, codename in wanted - found.keys())
-    if missing:
+    if missing and required:
         raise LookupError(f"permissions missing (run migrate first): {', '.join(missing)}")
-    return [found[key] for key in sorted(wanted)]
+    return [found[key] for key in sorted(wanted & found.keys())]
 
 
 @transaction.atomic
@@ -63,6 +80,8 @@ def ensure_operator_groups() -> dict[str, Group]:
     groups = {}
     for name, perms in GROUP_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=name)
-        group.permissions.set(_permissions(perms))
+        group.permissions.set(
+            _permissions(perms) + _permissions(NEIGHBOUR_PERMISSIONS[name], required=False)
+        )
         groups[name] = group
     return groups

@@ -2,14 +2,18 @@
 
 from io import StringIO
 
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.core.management import call_command
 
-from movements.permissions import OPERATORS, SUPERVISORS
+from movements.permissions import NEIGHBOUR_PERMISSIONS, OPERATORS, SUPERVISORS
 
 
-def perms_of(name: str) -> set[str]:
-    return set(Group.objects.get(name=name).permissions.values_list("codename", flat=True))
+def perms_of(name: str, app_label: str = "movements") -> set[str]:
+    return set(
+        Group.objects.get(name=name)
+        .permissions.filter(content_type__app_label=app_label)
+        .values_list("codename", flat=True)
+    )
 
 
 def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(db):
@@ -35,3 +39,22 @@ def test_setup_groups_run_twice_changes_nothing_and_repairs_drift(db):
 
     assert Group.objects.filter(name__in=[OPERATORS, SUPERVISORS]).count() == 2
     assert {name: perms_of(name) for name in (OPERATORS, SUPERVISORS)} == first
+
+
+def test_the_groups_may_also_see_reservations_and_deliveries_where_those_apps_define_them(db):
+    call_command("setup_groups", stdout=StringIO())
+
+    for name in (OPERATORS, SUPERVISORS):
+        granted = {
+            f"{p.content_type.app_label}.{p.codename}"
+            for p in Group.objects.get(name=name).permissions.exclude(
+                content_type__app_label="movements"
+            ).select_related("content_type")
+        }
+        defined = {
+            label for label in NEIGHBOUR_PERMISSIONS[name]
+            if Permission.objects.filter(
+                content_type__app_label=label.split(".")[0], codename=label.split(".")[1]
+            ).exists()
+        }
+        assert granted == defined
