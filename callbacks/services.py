@@ -1,21 +1,386 @@
-"""Webhook callbacks. The movement lifecycle calls ``callback_enqueue`` (the seam) inside the
-transaction of the state change that caused the event."""
+"""Webhook callbacks through a transactional outbox.
 
+``callback_enqueue`` (the seam the movement lifecycle calls) writes one Delivery row per
+interested subscription inside the transaction of the state change, and asks for a delivery
+task only once that transaction commits. ``delivery_send`` makes one attempt: it claims the
+row (pushing ``next_attempt_at`` out by a lease, so nobody else sends it meanwhile), posts
+OUTSIDE any transaction with short timeouts, then records the outcome: DELIVERED, a retry
+with exponential backoff, or DEAD after the configured number of attempts. The periodic sweep
+``deliveries_enqueue_due`` only queues tasks for what is due; it never sends.
+"""
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-EVENT_TYPES = (
-    "frontier_advanced",
-    "request_completed",
-    "request_failed",
-    "request_attention",
-    "request_approved",
-    "request_rejected",
-    "request_expired",
-    "request_cancelled",
-)
+import httpx
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from callbacks import signing
+from callbacks.events import EVENT_TYPES
+from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
+from callbacks.targets import TargetRefused, pin_target_url
+from movements.actors import Actor
+from movements.exceptions import ActionRefused, NotFound, NotPermitted
+from movements.models import MovementRequest
+
+__all__ = [
+    "EVENT_TYPES",
+    "backoff_delay",
+    "callback_enqueue",
+    "deliveries_enqueue_due",
+    "delivery_redeliver",
+    "delivery_send",
+]
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "QTG-Webhooks/1"
+RESPONSE_EXCERPT_BYTES = 1024
 
 
-def callback_enqueue(*, request: Any, event_type: str, data: dict[str, Any] | None = None) -> None:
-    """Record the event for every subscription that wants it (delivered after commit)."""
+def _setting(name: str) -> Any:
+    return getattr(settings, name)
+
+
+def backoff_delay(attempts: int) -> timedelta:
+    """How long to wait after the ``attempts``-th failed attempt: exponential, capped, with a
+    little jitter so receivers that come back are not hit by every retry at once."""
+    base = float(_setting("QTG_CALLBACKS_BACKOFF_SECONDS"))
+    cap = float(_setting("QTG_CALLBACKS_BACKOFF_MAX_SECONDS"))
+    delay = min(base * (2 ** max(attempts - 1, 0)), cap)
+    return timedelta(seconds=delay * random.uniform(1.0, 1.1))
+
+
+def _body(
+    *,
+    delivery_id: uuid.UUID,
+    event_id: uuid.UUID,
+    event_type: str,
+    request: MovementRequest,
+    occurred_at,
+    data: dict[str, Any],
+) -> str:
+    payload = {
+        "id": str(delivery_id),
+        "event_id": str(event_id),
+        "type": event_type,
+        "occurred_at": occurred_at.isoformat(),
+        "request": {
+            "id": str(request.pk),
+            "state": str(request.request_state),
+            "frontier": list(request.current_frontier or []),
+            "template": request.template_key,
+            "asset": request.asset,
+            "amount": str(request.amount),
+            "source": request.source,
+            "destination": request.destination,
+        },
+        "data": data,
+    }
+    return json.dumps(payload, cls=DjangoJSONEncoder, separators=(",", ":"))
+
+
+def _queue(ids: Iterable[Any]) -> None:
+    """Ask for one delivery task per row; a broker hiccup is left to the sweep."""
+    from callbacks.tasks import deliver
+
+    for pk in ids:
+        try:
+            deliver.delay(str(pk))
+        except Exception:
+            logger.warning(
+                "could not queue callback delivery %s; the sweep will", pk, exc_info=True
+            )
+
+
+def callback_enqueue(
+    *, request: MovementRequest, event_type: str, data: dict[str, Any] | None = None
+) -> list[Delivery]:
+    """Record the event for every active subscription that wants it, in the caller's
+    transaction; delivery tasks are queued only after it commits."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown callback event type {event_type!r}")
+    subscriptions = [s for s in Subscription.objects.filter(is_active=True) if s.wants(event_type)]
+    if not subscriptions:
+        return []
+    now = timezone.now()
+    event_id = uuid.uuid4()
+    deliveries = []
+    for subscription in subscriptions:
+        delivery_id = uuid.uuid4()
+        deliveries.append(
+            Delivery(
+                id=delivery_id,
+                event_id=event_id,
+                subscription=subscription,
+                request=request,
+                event_type=event_type,
+                body=_body(
+                    delivery_id=delivery_id,
+                    event_id=event_id,
+                    event_type=event_type,
+                    request=request,
+                    occurred_at=now,
+                    data=data or {},
+                ),
+                occurred_at=now,
+                created_at=now,
+                next_attempt_at=now,
+                enqueued_at=now,
+            )
+        )
+    Delivery.objects.bulk_create(deliveries)
+    ids = [d.pk for d in deliveries]
+    transaction.on_commit(lambda: _queue(ids))
+    return deliveries
+
+
+def deliveries_enqueue_due(*, limit: int = 500) -> int:
+    """Queue a delivery task for every PENDING delivery that is due and not already queued
+    recently (a task lost with its broker message is queued again); return how many."""
+    now = timezone.now()
+    requeue_before = now - timedelta(seconds=float(_setting("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS")))
+    with transaction.atomic():
+        ids = list(
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(
+                status=DeliveryStatus.PENDING,
+                next_attempt_at__lte=now,
+                subscription__is_active=True,
+            )
+            .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lte=requeue_before))
+            .order_by("next_attempt_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if ids:
+            Delivery.objects.filter(pk__in=ids).update(enqueued_at=now)
+            transaction.on_commit(lambda: _queue(ids))
+    return len(ids)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    delivery_id: uuid.UUID
+    number: int
+    url: str
+    secret: str
+    event_type: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+    excerpt: str = ""
+    duration_ms: int = 0
+
+
+def _claim(delivery_id: Any) -> _Claim | None:
+    now = timezone.now()
+    timeout = float(_setting("QTG_CALLBACKS_TIMEOUT_SECONDS"))
+    with transaction.atomic():
+        delivery = (
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("subscription")
+            .filter(
+                pk=delivery_id,
+                status=DeliveryStatus.PENDING,
+                next_attempt_at__lte=now,
+                subscription__is_active=True,
+            )
+            .first()
+        )
+        if delivery is None:
+            return None
+        delivery.attempts += 1
+        delivery.last_attempt_at = now
+        # The lease: nobody else picks the row up while this attempt is on the wire; if the
+        # worker dies, the delivery simply falls due again.
+        delivery.next_attempt_at = now + timedelta(seconds=timeout * 2 + 30)
+        delivery.save(
+            update_fields=["attempts", "last_attempt_at", "next_attempt_at", "updated_at"]
+        )
+        subscription = delivery.subscription
+        return _Claim(
+            delivery_id=delivery.pk,
+            number=delivery.attempts,
+            url=subscription.url,
+            secret=subscription.secret,
+            event_type=delivery.event_type,
+            body=delivery.body.encode(),
+        )
+
+
+def _post(claim: _Claim) -> _Outcome:
+    try:
+        target = pin_target_url(claim.url)
+    except TargetRefused as exc:
+        return _Outcome(ok=False, error=f"target refused: {exc}")
+    timeout = float(_setting("QTG_CALLBACKS_TIMEOUT_SECONDS"))
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        signing.HEADER_EVENT: claim.event_type,
+        signing.HEADER_DELIVERY: str(claim.delivery_id),
+        signing.HEADER_TIMESTAMP: str(timestamp),
+        signing.HEADER_SIGNATURE: signing.sign(
+            secret=claim.secret, timestamp=timestamp, body=claim.body
+        ),
+        **target.headers,
+    }
+    started = time.monotonic()
+    try:
+        # Redirects are not followed: a redirect could lead past the target check.
+        with (
+            httpx.Client(
+                timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False
+            ) as client,
+            client.stream(
+                "POST",
+                target.url,
+                content=claim.body,
+                headers=headers,
+                extensions=target.extensions,
+            ) as response,
+        ):
+            excerpt = b""
+            for chunk in response.iter_bytes():
+                excerpt += chunk
+                if len(excerpt) >= RESPONSE_EXCERPT_BYTES:
+                    break
+            status_code = response.status_code
+    except httpx.HTTPError as exc:
+        return _Outcome(
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}".strip(": "),
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    duration_ms = int((time.monotonic() - started) * 1000)
+    text = excerpt[:RESPONSE_EXCERPT_BYTES].decode("utf-8", errors="replace")
+    ok = 200 <= status_code < 300
+    return _Outcome(
+        ok=ok,
+        status_code=status_code,
+        excerpt=text,
+        duration_ms=duration_ms,
+        error="" if ok else f"HTTP {status_code}",
+    )
+
+
+def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
+    now = timezone.now()
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().filter(pk=claim.delivery_id).first()
+        if delivery is None:
+            return None
+        DeliveryAttempt.objects.create(
+            delivery=delivery,
+            number=claim.number,
+            url=claim.url,
+            started_at=delivery.last_attempt_at or now,
+            duration_ms=outcome.duration_ms,
+            status_code=outcome.status_code,
+            error=outcome.error,
+            response_excerpt=outcome.excerpt,
+            succeeded=outcome.ok,
+        )
+        delivery.last_status_code = outcome.status_code
+        delivery.last_error = outcome.error
+        delivery.enqueued_at = None
+        if outcome.ok:
+            delivery.status = DeliveryStatus.DELIVERED
+            delivery.delivered_at = now
+        elif delivery.attempts >= int(_setting("QTG_CALLBACKS_MAX_ATTEMPTS")):
+            delivery.status = DeliveryStatus.DEAD
+        else:
+            delivery.next_attempt_at = now + backoff_delay(delivery.attempts)
+        delivery.save(
+            update_fields=[
+                "last_status_code",
+                "last_error",
+                "enqueued_at",
+                "status",
+                "delivered_at",
+                "next_attempt_at",
+                "updated_at",
+            ]
+        )
+        return delivery
+
+
+def delivery_send(*, delivery_id: Any) -> Delivery | None:
+    """Make one attempt at a due delivery; return it, or None when it is not due, already
+    being sent, delivered, dead, gone or its subscription is paused."""
+    try:
+        uuid.UUID(str(delivery_id))
+    except ValueError:
+        return None
+    claim = _claim(delivery_id)
+    if claim is None:
+        return None
+    outcome = _post(claim)
+    if not outcome.ok:
+        logger.info(
+            "callback delivery %s attempt %s failed: %s",
+            claim.delivery_id,
+            claim.number,
+            outcome.error,
+        )
+    return _record(claim, outcome)
+
+
+@transaction.atomic
+def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
+    """Queue a DEAD (or already DELIVERED) delivery again with a fresh attempt budget; the
+    delivery id stays the same so receivers can still dedupe."""
+    if not actor.has_perm("callbacks.redeliver_delivery"):
+        raise NotPermitted(
+            f"{actor} lacks the permission callbacks.redeliver_delivery",
+            details={"permission": "callbacks.redeliver_delivery"},
+        )
+    pk = delivery.pk if isinstance(delivery, Delivery) else delivery
+    try:
+        delivery = Delivery.objects.select_for_update().get(pk=pk)
+    except (Delivery.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"delivery {pk} does not exist") from None
+    if delivery.status == DeliveryStatus.PENDING:
+        raise ActionRefused(
+            "the delivery is still pending: it will be retried on its own",
+            details={"current_state": delivery.status},
+        )
+    now = timezone.now()
+    delivery.status = DeliveryStatus.PENDING
+    delivery.attempts = 0
+    delivery.next_attempt_at = now
+    delivery.enqueued_at = now
+    delivery.delivered_at = None
+    delivery.redelivered_at = now
+    delivery.redelivered_by = str(actor)
+    delivery.save(
+        update_fields=[
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "enqueued_at",
+            "delivered_at",
+            "redelivered_at",
+            "redelivered_by",
+            "updated_at",
+        ]
+    )
+    transaction.on_commit(lambda: _queue([delivery.pk]))
+    return delivery

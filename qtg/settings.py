@@ -185,10 +185,25 @@ CELERY_BEAT_SCHEDULE = {
 QTG_SANDBOX_ENABLED = env_bool("QTG_SANDBOX_ENABLED", EMBEDDED)
 # Webhook targets on private/loopback addresses are refused unless this is on.
 QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = env_bool("QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS", EMBEDDED)
+# Attempts before a delivery is DEAD, and the exponential backoff between them: the n-th retry
+# waits BACKOFF * 2**(n-1) seconds (capped, +0-10% jitter). Defaults: 10 attempts over ~4 hours.
+QTG_CALLBACKS_MAX_ATTEMPTS = int(os.environ.get("QTG_CALLBACKS_MAX_ATTEMPTS", "10"))
+QTG_CALLBACKS_BACKOFF_SECONDS = float(os.environ.get("QTG_CALLBACKS_BACKOFF_SECONDS", "30"))
+QTG_CALLBACKS_BACKOFF_MAX_SECONDS = float(
+    os.environ.get("QTG_CALLBACKS_BACKOFF_MAX_SECONDS", str(6 * 3600))
+)
+# Per-attempt HTTP timeout (connect, read, write): one slow receiver holds one task briefly.
+QTG_CALLBACKS_TIMEOUT_SECONDS = float(os.environ.get("QTG_CALLBACKS_TIMEOUT_SECONDS", "5"))
+# A due delivery whose task was queued longer ago than this is queued again by the sweep.
+QTG_CALLBACKS_REQUEUE_AFTER_SECONDS = float(
+    os.environ.get("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS", "120")
+)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("QTG_LOG_LEVEL", "INFO")},
+    # httpx logs every webhook POST at INFO; delivery outcomes are logged by callbacks.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

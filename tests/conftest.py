@@ -6,6 +6,7 @@ from django.contrib.auth.models import Permission, User
 
 from movements.actors import Actor
 from movements.services import movement_approve, movement_create
+from reservations.services import hardcap_ensure
 
 ALL_MOVEMENT_PERMS = [
     "approve_movement",
@@ -32,6 +33,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+
+
+# Fixtures whose presence means the test may touch the database.
+DB_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+    "admin_client",
+    "admin_user",
+}
+# Reservations fail closed: without a hardcap no movement validates. Every database test gets
+# caps on the assets the suite uses, generous enough never to be the reason a test fails.
+# Tests about hardcaps use other assets (tests/reservations/).
+TEST_HARDCAP_ASSETS = ("USDC", "USDT", "BTC", "ETH")
+TEST_HARDCAP = "1000000000000"
+
+
+@pytest.fixture(autouse=True)
+def default_hardcaps(request):
+    """Generous hardcaps for the suite's assets, in every test that uses the database."""
+    if request.node.get_closest_marker("django_db") is None and not (
+        DB_FIXTURES & set(request.fixturenames)
+    ):
+        return
+    # Set up the database the way the test asked for (transactional or not) before writing.
+    request.getfixturevalue("_django_db_helper")
+    for asset in TEST_HARDCAP_ASSETS:
+        hardcap_ensure(asset=asset, max_in_flight=TEST_HARDCAP, note="test suite default")
 
 
 def make_user(username: str, *perms: str, **extra) -> User:

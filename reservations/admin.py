@@ -1,0 +1,190 @@
+"""Admin for hardcaps and reservations. Reservations are read-only history; the only change an
+operator makes is settling a HELD reservation of a finished movement, through
+``reservation_settle`` with a reason, after a confirmation page."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
+
+from movements.actors import Actor
+from movements.exceptions import QTGError
+from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
+
+
+@admin.register(Hardcap)
+class HardcapAdmin(admin.ModelAdmin):
+    list_display = (
+        "asset",
+        "scope_source",
+        "max_in_flight",
+        "in_flight",
+        "max_per_24h",
+        "used_24h",
+        "is_active",
+    )
+    list_filter = ("is_active", "asset")
+    search_fields = ("asset", "source", "note")
+    readonly_fields = ("in_flight", "used_24h", "created_at", "updated_at")
+    fields = (
+        "asset",
+        "source",
+        "max_in_flight",
+        "max_per_24h",
+        "is_active",
+        "note",
+        "in_flight",
+        "used_24h",
+        "created_at",
+        "updated_at",
+    )
+
+    @admin.display(description="source")
+    def scope_source(self, obj: Hardcap) -> str:
+        return obj.source or "(any source)"
+
+    @admin.display(description="in flight now")
+    def in_flight(self, obj: Hardcap):
+        return hardcap_in_flight(hardcap=obj) if obj.pk else "-"
+
+    @admin.display(description="reserved in the last 24h")
+    def used_24h(self, obj: Hardcap):
+        return hardcap_used_24h(hardcap=obj) if obj.pk else "-"
+
+
+class ReservationEventInline(admin.TabularInline):
+    model = ReservationEvent
+    extra = 0
+    can_delete = False
+    ordering = ("-created_at", "-id")
+    fields = (
+        "created_at",
+        "old_state",
+        "new_state",
+        "request_state",
+        "actor_type",
+        "actor_id",
+        "reason",
+    )
+    readonly_fields = fields
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        # Whoever may see the parent row sees its whole history.
+        return request.user.has_perm("reservations.view_reservation")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class SettleForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Why the money did (consume) or did not (release) leave. Kept in the "
+        "reservation's history.",
+    )
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    list_display = ("movement", "asset", "source", "amount", "state", "held_at", "settled_at")
+    list_filter = ("state", "asset")
+    search_fields = ("request__id", "asset", "source")
+    list_select_related = ("request",)
+    date_hierarchy = "held_at"
+    fields = (
+        "movement",
+        "movement_state",
+        "asset",
+        "source",
+        "amount",
+        "state",
+        "held_at",
+        "settled_at",
+    )
+    readonly_fields = fields
+    inlines = [ReservationEventInline]
+    actions = ["consume_selected", "release_selected"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_settle_permission(self, request) -> bool:
+        return request.user.has_perm("reservations.settle_reservation")
+
+    @admin.display(description="movement", ordering="request")
+    def movement(self, obj: Reservation):
+        try:
+            url = reverse("admin:movements_movementrequest_change", args=[obj.request_id])
+        except NoReverseMatch:  # the movements admin is not registered
+            return str(obj.request_id)
+        return format_html('<a href="{}">{}</a>', url, str(obj.request_id)[:8])
+
+    @admin.display(description="movement state")
+    def movement_state(self, obj: Reservation) -> str:
+        return obj.request.request_state
+
+    def _settle(self, request, queryset, outcome: str, verb: str):
+        held = queryset.filter(state=ReservationState.HELD)
+        form = SettleForm(request.POST if request.POST.get("post") else None)
+        if request.POST.get("post") and form.is_valid():
+            actor = Actor.for_user(request.user)
+            done = 0
+            for reservation in held:
+                try:
+                    reservation_settle(
+                        reservation=reservation,
+                        outcome=outcome,
+                        reason=form.cleaned_data["reason"],
+                        actor=actor,
+                    )
+                    done += 1
+                except QTGError as exc:
+                    self.message_user(request, f"{reservation}: {exc.message}", messages.ERROR)
+            if done:
+                self.message_user(
+                    request, f"{verb.capitalize()}d {done} reservation(s).", messages.SUCCESS
+                )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{verb.capitalize()} held reservations",
+            "opts": self.model._meta,
+            "verb": verb,
+            "outcome": outcome,
+            "reservations": list(held.select_related("request")),
+            "skipped": queryset.count() - held.count(),
+            "form": form,
+            "action": request.POST.get("action"),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "media": self.media,
+        }
+        return TemplateResponse(request, "reservations/settle_confirmation.html", context)
+
+    @admin.action(
+        description="Consume selected held reservations (money left)…", permissions=["settle"]
+    )
+    def consume_selected(self, request, queryset):
+        return self._settle(request, queryset, ReservationState.CONSUMED, "consume")
+
+    @admin.action(
+        description="Release selected held reservations (money did not leave)…",
+        permissions=["settle"],
+    )
+    def release_selected(self, request, queryset):
+        return self._settle(request, queryset, ReservationState.RELEASED, "release")

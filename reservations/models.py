@@ -1,0 +1,161 @@
+"""Hardcap limits and the reservation each movement request holds against them."""
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django_fsm import FSMField, FSMModelMixin, transition
+
+from movements.actors import ActorType
+from movements.models import MONEY, MovementRequest
+
+POSITIVE = [MinValueValidator(Decimal("0.000000000000000001"))]
+
+
+class Hardcap(models.Model):
+    """A limit on the money in flight for one scope: an asset, optionally narrowed to the
+    source (venue / account) the money leaves from.
+
+    Every active hardcap whose scope covers a request must have room for it; an asset with no
+    hardcap at all is refused (fail closed).
+    """
+
+    asset = models.CharField(max_length=32, help_text="Asset symbol, e.g. USDC (upper case).")
+    source = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Source venue or account as named on the movement; blank = every source.",
+    )
+    max_in_flight = models.DecimalField(
+        **MONEY,
+        validators=POSITIVE,
+        help_text="Cap on the sum of HELD reservations in this scope.",
+    )
+    max_per_24h = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        validators=POSITIVE,
+        help_text="Optional rolling 24-hour velocity limit: HELD + CONSUMED reserved in the "
+        "last 24 hours. Blank = no velocity limit.",
+    )
+    is_active = models.BooleanField(default=True)
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["asset", "source"]
+        constraints = [
+            models.UniqueConstraint(fields=["asset", "source"], name="hardcap_one_per_scope"),
+            models.CheckConstraint(
+                condition=Q(max_in_flight__gt=0), name="hardcap_max_in_flight_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_per_24h__isnull=True) | Q(max_per_24h__gt=0),
+                name="hardcap_max_per_24h_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"hardcap {self.scope_label}"
+
+    @property
+    def scope_label(self) -> str:
+        return f"{self.asset} from {self.source}" if self.source else f"{self.asset} (any source)"
+
+    def clean(self) -> None:
+        self.asset = (self.asset or "").strip().upper()
+        self.source = (self.source or "").strip()
+        if not self.asset:
+            raise ValidationError({"asset": "required"})
+
+
+class ReservationState(models.TextChoices):
+    HELD = "HELD", "Held"
+    CONSUMED = "CONSUMED", "Consumed"
+    RELEASED = "RELEASED", "Released"
+
+
+class Reservation(FSMModelMixin, models.Model):
+    """The headroom one movement request holds: HELD until it is CONSUMED (the money left) or
+    RELEASED (it did not). The scope (asset, source) is copied from the request so the sums
+    the hardcaps need are one indexed query."""
+
+    request = models.OneToOneField(
+        MovementRequest, on_delete=models.PROTECT, related_name="reservation"
+    )
+    asset = models.CharField(max_length=32)
+    source = models.CharField(max_length=200)
+    amount = models.DecimalField(**MONEY)
+    state = FSMField(
+        max_length=16,
+        choices=ReservationState.choices,
+        default=ReservationState.HELD,
+        protected=True,
+    )
+    held_at = models.DateTimeField(default=timezone.now)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-held_at"]
+        indexes = [models.Index(fields=["asset", "state", "held_at"])]
+        permissions = [
+            ("settle_reservation", "Can consume or release a held reservation by hand"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.asset} ({self.state})"
+
+    # Transitions stay free of side effects; reservations.services does the work around them.
+    @transition(field=state, source=ReservationState.HELD, target=ReservationState.CONSUMED)
+    def consume(self) -> None:
+        pass
+
+    @transition(field=state, source=ReservationState.HELD, target=ReservationState.RELEASED)
+    def release(self) -> None:
+        pass
+
+
+class ReservationEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("Reservation events are append-only")
+
+    def delete(self):
+        raise TypeError("Reservation events are append-only")
+
+
+class ReservationEvent(models.Model):
+    """One audit record of a reservation: who, when, why, and the request state at the time."""
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
+    old_state = models.CharField(max_length=16, blank=True)
+    new_state = models.CharField(max_length=16)
+    request_state = models.CharField(
+        max_length=32, help_text="The movement's state when this happened."
+    )
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=128, blank=True)
+    reason = models.TextField(blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = ReservationEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.old_state or '-'} -> {self.new_state}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise TypeError("Reservation events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Reservation events are append-only")

@@ -1,0 +1,318 @@
+"""Signed delivery to a real HTTP receiver on 127.0.0.1: signatures, retries with backoff, the
+dead state, timeouts, redirects, redelivery."""
+
+import hashlib
+import hmac
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import transaction
+from django.utils import timezone
+
+from callbacks import signing
+from callbacks.models import Delivery, DeliveryStatus
+from callbacks.services import backoff_delay, deliveries_enqueue_due, delivery_redeliver
+from movements.actors import Actor
+from movements.exceptions import ActionRefused, NotPermitted
+from movements.models import MovementRequest
+from movements.services import movement_approve, set_request_state
+from movements.states import RequestState
+from tests.conftest import make_user
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+
+@pytest.fixture
+def approve(make_movement, django_capture_on_commit_callbacks):
+    """Approve a movement and commit: the request_approved deliveries go out at once."""
+
+    def _approve():
+        request = make_movement()
+        with django_capture_on_commit_callbacks(execute=True):
+            movement_approve(request=request, actor=Actor.system("tests-approver"))
+        return request
+
+    return _approve
+
+
+@pytest.fixture
+def sweep(django_capture_on_commit_callbacks):
+    """Run the periodic sweep (and the tasks it queues) until nothing is due any more."""
+
+    def _sweep(max_rounds: int = 10) -> int:
+        rounds = 0
+        for _ in range(max_rounds):
+            with django_capture_on_commit_callbacks(execute=True):
+                queued = deliveries_enqueue_due()
+            if not queued:
+                break
+            rounds += 1
+        return rounds
+
+    return _sweep
+
+
+def test_the_receiver_can_verify_the_signature_and_headers(receiver, subscribe, approve):
+    subscription = subscribe(receiver.url, "request_approved")
+
+    request = approve()
+
+    [got] = receiver.received
+    delivery = Delivery.objects.get(subscription=subscription)
+    assert got.path == "/hooks/qtg"
+    assert got.headers[signing.HEADER_EVENT] == "request_approved"
+    assert got.headers[signing.HEADER_DELIVERY] == str(delivery.pk)
+    assert got.headers["Content-Type"] == "application/json"
+    timestamp = got.headers[signing.HEADER_TIMESTAMP]
+    # What a receiver computes on its own: HMAC-SHA256(secret, "<timestamp>.<body>").
+    expected = hmac.new(
+        subscription.secret.encode(), timestamp.encode() + b"." + got.body, hashlib.sha256
+    ).hexdigest()
+    assert got.headers[signing.HEADER_SIGNATURE] == f"v1={expected}"
+    assert abs(int(timestamp) - time.time()) < 60
+    assert signing.verify(
+        secret=subscription.secret,
+        timestamp=timestamp,
+        body=got.body,
+        signature=got.headers[signing.HEADER_SIGNATURE],
+    )
+    assert got.json["id"] == str(delivery.pk)
+    assert got.json["type"] == "request_approved"
+    assert got.json["request"]["id"] == str(request.pk)
+    assert got.json["request"]["state"] == "APPROVED"
+    assert got.json["data"] == {"previous_state": "PENDING_APPROVAL"}
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == (
+        DeliveryStatus.DELIVERED,
+        1,
+        200,
+    )
+
+
+def test_a_tampered_body_a_wrong_secret_or_a_stale_timestamp_does_not_verify(
+    receiver, subscribe, approve
+):
+    subscription = subscribe(receiver.url, "request_approved")
+    approve()
+    [got] = receiver.received
+    ts, sig = got.headers[signing.HEADER_TIMESTAMP], got.headers[signing.HEADER_SIGNATURE]
+
+    assert not signing.verify(
+        secret=subscription.secret,
+        timestamp=ts,
+        body=got.body.replace(b"APPROVED", b"COMPLETED"),
+        signature=sig,
+    )
+    assert not signing.verify(secret="not-the-secret", timestamp=ts, body=got.body, signature=sig)
+    assert not signing.verify(
+        secret=subscription.secret, timestamp=ts, body=got.body, signature=sig, now=int(ts) + 3600
+    )
+
+
+def test_a_receiver_failing_twice_then_succeeding_gets_the_event_once_more_after_each_failure(
+    receiver, subscribe, approve, sweep
+):
+    receiver.answer(500, 503)
+    subscribe(receiver.url, "request_approved")
+
+    approve()
+    sweep()
+
+    assert len(receiver.received) == 3
+    assert len({r.headers[signing.HEADER_DELIVERY] for r in receiver.received}) == 1
+    assert len({r.body for r in receiver.received}) == 1
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 3)
+    log = delivery.attempt_log.order_by("number")
+    assert [(a.number, a.status_code, a.succeeded) for a in log] == [
+        (1, 500, False),
+        (2, 503, False),
+        (3, 200, True),
+    ]
+    sweep()
+    assert len(receiver.received) == 3
+
+
+def test_a_dead_receiver_ends_dead_after_the_configured_attempts(
+    dead_url, subscribe, approve, sweep, settings
+):
+    settings.QTG_CALLBACKS_MAX_ATTEMPTS = 4
+    subscribe(dead_url, "request_approved")
+
+    approve()
+    sweep()
+
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DEAD, 4)
+    assert "ConnectError" in delivery.last_error
+    assert delivery.attempt_log.count() == 4
+    assert sweep() == 0
+
+
+def test_a_receiver_answering_errors_ends_dead_having_seen_each_attempt(
+    receiver, subscribe, approve, sweep
+):
+    receiver.answer(500, 500, 500, 500)
+    subscribe(receiver.url, "request_approved")
+
+    approve()
+    sweep()
+
+    assert len(receiver.received) == 3
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.DEAD, 500)
+
+
+def test_a_failed_attempt_waits_out_the_backoff_before_the_next(
+    receiver, subscribe, approve, sweep, settings
+):
+    settings.QTG_CALLBACKS_BACKOFF_SECONDS = 30
+    receiver.answer(500)
+    subscribe(receiver.url, "request_approved")
+
+    before = timezone.now()
+    approve()
+    sweep()
+
+    delivery = Delivery.objects.get()
+    assert len(receiver.received) == 1
+    assert delivery.status == DeliveryStatus.PENDING
+    assert before + timedelta(seconds=30) <= delivery.next_attempt_at
+    assert delivery.next_attempt_at <= timezone.now() + timedelta(seconds=33)
+
+
+def test_backoff_grows_exponentially_and_the_default_budget_spans_hours(settings):
+    settings.QTG_CALLBACKS_BACKOFF_SECONDS = 30
+    settings.QTG_CALLBACKS_BACKOFF_MAX_SECONDS = 6 * 3600
+    settings.QTG_CALLBACKS_MAX_ATTEMPTS = 10
+
+    delays = [backoff_delay(n).total_seconds() for n in range(1, 10)]
+
+    for n, delay in enumerate(delays, start=1):
+        assert 30 * 2 ** (n - 1) <= delay <= 30 * 2 ** (n - 1) * 1.1
+    assert sum(delays) >= 4 * 3600
+    assert backoff_delay(30).total_seconds() <= 6 * 3600 * 1.1
+
+
+def test_a_slow_receiver_times_out_quickly_and_does_not_hold_up_another(
+    receiver, another_receiver, subscribe, approve, settings
+):
+    settings.QTG_CALLBACKS_TIMEOUT_SECONDS = 0.5
+    receiver.answer(200, delay=3)
+    slow = subscribe(receiver.url, "request_approved", name="slow")
+    fast = subscribe(another_receiver.url, "request_approved", name="fast")
+
+    started = time.monotonic()
+    approve()
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 2.5
+    assert Delivery.objects.get(subscription=fast).status == DeliveryStatus.DELIVERED
+    late = Delivery.objects.get(subscription=slow)
+    assert (late.status, late.attempts) == (DeliveryStatus.PENDING, 1)
+    assert "Timeout" in late.last_error
+
+
+def test_a_redirect_is_not_followed(receiver, subscribe, approve):
+    receiver.answer(302)
+    subscribe(receiver.url, "request_approved")
+
+    approve()
+
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.last_status_code) == (DeliveryStatus.PENDING, 302)
+    assert len(receiver.received) == 1
+
+
+def test_a_paused_subscription_keeps_its_deliveries_pending(receiver, subscribe, approve, sweep):
+    subscription = subscribe(receiver.url, "request_approved", is_active=False)
+    approve()  # an inactive subscription gets nothing new
+    subscription.is_active = True
+    subscription.save()
+    approve()
+    subscription.is_active = False
+    subscription.save()
+    Delivery.objects.update(
+        status=DeliveryStatus.PENDING, next_attempt_at=timezone.now(), enqueued_at=None
+    )
+
+    sweep()
+
+    assert Delivery.objects.count() == 1
+    assert Delivery.objects.get().status == DeliveryStatus.PENDING
+    assert len(receiver.received) == 1
+
+
+def test_a_private_target_is_refused_at_delivery_when_the_setting_is_off(
+    receiver, subscribe, approve, settings
+):
+    subscribe(receiver.url, "request_approved")
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+
+    approve()
+
+    delivery = Delivery.objects.get()
+    assert receiver.received == []
+    assert "target refused" in delivery.last_error
+    assert "127.0.0.1" in delivery.last_error
+
+
+@pytest.fixture
+def redeliverer(db):
+    user = make_user("redeliverer")
+    user.user_permissions.add(Permission.objects.get(codename="redeliver_delivery"))
+    return Actor.for_user(type(user).objects.get(pk=user.pk))
+
+
+def test_a_dead_delivery_is_redelivered_with_the_same_id(
+    receiver, subscribe, approve, sweep, redeliverer, django_capture_on_commit_callbacks
+):
+    receiver.answer(500, 500, 500)
+    subscribe(receiver.url, "request_approved")
+    approve()
+    sweep()
+    dead = Delivery.objects.get()
+    assert dead.status == DeliveryStatus.DEAD
+
+    with django_capture_on_commit_callbacks(execute=True):
+        delivery_redeliver(delivery=dead, actor=redeliverer)
+
+    dead.refresh_from_db()
+    assert (dead.status, dead.attempts) == (DeliveryStatus.DELIVERED, 1)
+    assert dead.redelivered_by == str(redeliverer)
+    assert len(receiver.received) == 4
+    assert {r.headers[signing.HEADER_DELIVERY] for r in receiver.received} == {str(dead.pk)}
+    assert dead.attempt_log.count() == 4
+
+
+def test_redelivery_needs_the_permission_and_a_finished_delivery(
+    dead_url, subscribe, approve, operator
+):
+    subscribe(dead_url, "request_approved")
+    approve()
+    pending = Delivery.objects.get()
+
+    with pytest.raises(NotPermitted):
+        delivery_redeliver(delivery=pending, actor=Actor.for_user(operator))
+    with pytest.raises(ActionRefused, match="still pending"):
+        delivery_redeliver(delivery=pending, actor=Actor.system("tests"))
+
+
+def test_the_body_is_frozen_when_the_event_happens(receiver, subscribe, approve, sweep):
+    receiver.answer(500)
+    subscribe(receiver.url, "request_approved")
+    request = approve()
+    with transaction.atomic():
+        request = MovementRequest.objects.select_for_update().get(pk=request.pk)
+        set_request_state(
+            request=request, new_state=RequestState.EXECUTING, actor=Actor.system("tests-worker")
+        )
+
+    sweep()
+
+    first, second = receiver.received
+    assert first.body == second.body
+    assert json.loads(second.body)["request"]["state"] == "APPROVED"
