@@ -31,11 +31,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7, help="timed page loads per view")
-    parser.add_argument("--sqlite", help="SQLite file to fill and keep, instead of a "
-                        "throw-away one")
+    parser.add_argument(
+        "--sqlite", help="SQLite file to fill and keep, instead of a throw-away one"
+    )
     parser.add_argument("--verbose", action="store_true", help="show the slowest queries")
-    parser.add_argument("--reuse", action="store_true",
-                        help="measure a database this script filled before, without refilling")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure a database this script filled before, without refilling",
+    )
     args = parser.parse_args()
 
     scratch = None
@@ -84,8 +88,12 @@ def fill(rows: int) -> None:
     operator = User.objects.create_user("bench-operator", is_staff=True)
     operator.groups.add(Group.objects.get(name=OPERATORS))
     template = movement_create(
-        template="cex_to_cex", asset="USDC", amount="1", source="sandbox-exchange-a",
-        destination="sandbox-exchange-b", actor=Actor.for_user(creator),
+        template="cex_to_cex",
+        asset="USDC",
+        amount="1",
+        source="sandbox-exchange-a",
+        destination="sandbox-exchange-b",
+        actor=Actor.for_user(creator),
     )
     plan_nodes = list(template.plan_nodes.order_by("position"))
     states = list(RequestState)
@@ -116,19 +124,23 @@ def fill(rows: int) -> None:
             MovementRequest.objects.bulk_create(requests)
             MovementRequestNode.objects.bulk_create(
                 MovementRequestNode(
-                    request=request, plan_node=plan_node, node_key=plan_node.key,
-                    kind=plan_node.kind, executor=plan_node.executor,
+                    request=request,
+                    plan_node=plan_node,
+                    node_key=plan_node.key,
+                    kind=plan_node.kind,
+                    executor=plan_node.executor,
                     node_state=NodeState.BLOCKED,
-                    external_ref=f"WD-{request.idempotency_key}" if plan_node.position == 0
-                    else "",
+                    external_ref=f"WD-{request.idempotency_key}" if plan_node.position == 0 else "",
                 )
                 for request in requests
                 for plan_node in plan_nodes
             )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # what autovacuum would do after a load this size
-    print(f"filled {rows:,} movements ({rows * len(plan_nodes):,} node attempts) "
-          f"in {time.perf_counter() - started:.1f}s")
+    print(
+        f"filled {rows:,} movements ({rows * len(plan_nodes):,} node attempts) "
+        f"in {time.perf_counter() - started:.1f}s"
+    )
 
 
 def measure(repeat: int, verbose: bool = False) -> None:
@@ -155,9 +167,11 @@ def measure(repeat: int, verbose: bool = False) -> None:
                 timings.append(time.perf_counter() - started)
             assert response.status_code == 200, response.status_code
         timed = timings[1:]
-        print(f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
-              f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
-              f"{len(queries)} queries")
+        print(
+            f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
+            f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
+            f"{len(queries)} queries"
+        )
         if verbose:
             slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:3]
             for query in slowest:

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
@@ -99,13 +100,22 @@ class NodeInline(ReadOnlyInline):
     verbose_name = "node attempt"
     verbose_name_plural = "Nodes (every attempt, in plan order)"
     fields = readonly_fields = (
-        "node_key", "kind", "state", "attempt", "is_current", "external_ref", "last_error",
-        "lease", "next_attempt_at", "state_changed_at",
+        "node_key",
+        "kind",
+        "state",
+        "attempt",
+        "is_current",
+        "external_ref",
+        "last_error",
+        "lease",
+        "next_attempt_at",
+        "state_changed_at",
     )
 
     def get_queryset(self, request):
         return (
-            super().get_queryset(request)
+            super()
+            .get_queryset(request)
             .select_related("plan_node")
             .order_by("plan_node__position", "attempt")
         )
@@ -135,7 +145,8 @@ class EventInline(ReadOnlyInline):
             .values("username")[:1]
         )
         return (
-            super().get_queryset(request)
+            super()
+            .get_queryset(request)
             .annotate(actor_username=Subquery(usernames))
             .order_by("-created_at", "-id")
         )
@@ -181,13 +192,21 @@ class DeliveryInline(ReadOnlyInline):
     verbose_name_plural = "Callback deliveries (newest first)"
     show_change_link = True  # redeliver lives on the delivery's own page
     fields = readonly_fields = (
-        "created_at", "event_type", "subscription", "status", "attempts", "last_status_code",
-        "last_error", "next_attempt_at", "delivered_at",
+        "created_at",
+        "event_type",
+        "subscription",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "next_attempt_at",
+        "delivered_at",
     )
 
     def get_queryset(self, request):
         return (
-            super().get_queryset(request)
+            super()
+            .get_queryset(request)
             .select_related("subscription")
             .order_by("-created_at", "-pk")
         )
@@ -204,11 +223,15 @@ def reservation_of(movement: MovementRequest):
 class MovementChangeList(ChangeList):
     def apply_select_related(self, qs):
         # The row actions need each movement's live nodes: one query for the whole page.
-        return super().apply_select_related(qs).prefetch_related(
-            Prefetch(
-                "nodes",
-                queryset=MovementRequestNode.objects.current().order_by("pk"),
-                to_attr="live_nodes",
+        return (
+            super()
+            .apply_select_related(qs)
+            .prefetch_related(
+                Prefetch(
+                    "nodes",
+                    queryset=MovementRequestNode.objects.current().order_by("pk"),
+                    to_attr="live_nodes",
+                )
             )
         )
 
@@ -230,17 +253,46 @@ class MovementRequestAdmin(admin.ModelAdmin):
     inlines = (NodeInline, EventInline)
     readonly_fields = ("amount_display",)
     fieldsets = (
-        ("Movement", {"fields": (
-            "id", "template_key", "template_version", "asset", "amount_display", "source",
-            "destination", "params", "idempotency_key",
-        )}),
-        ("Approval", {"fields": (
-            "created_by", "created_at", "approved_by", "approved_at", "expires_at",
-        )}),
-        ("State", {"fields": (
-            "request_state", "state_changed_at", "current_frontier", "failure_reason",
-            "updated_at",
-        )}),
+        (
+            "Movement",
+            {
+                "fields": (
+                    "id",
+                    "template_key",
+                    "template_version",
+                    "asset",
+                    "amount_display",
+                    "source",
+                    "destination",
+                    "params",
+                    "idempotency_key",
+                )
+            },
+        ),
+        (
+            "Approval",
+            {
+                "fields": (
+                    "created_by",
+                    "created_at",
+                    "approved_by",
+                    "approved_at",
+                    "expires_at",
+                )
+            },
+        ),
+        (
+            "State",
+            {
+                "fields": (
+                    "request_state",
+                    "state_changed_at",
+                    "current_frontier",
+                    "failure_reason",
+                    "updated_at",
+                )
+            },
+        ),
     )
 
     # --- the list ---------------------------------------------------------------------------
@@ -265,8 +317,17 @@ class MovementRequestAdmin(admin.ModelAdmin):
                 ),
             )
 
-        return ("short_id", "state_badge", row_actions, "amount_display", "asset",
-                "template_key", "created_by", "age", "frontier")
+        return (
+            "short_id",
+            "state_badge",
+            row_actions,
+            "amount_display",
+            "asset",
+            "template_key",
+            "created_by",
+            "age",
+            "frontier",
+        )
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj):
@@ -345,7 +406,8 @@ class MovementRequestAdmin(admin.ModelAdmin):
         now = timezone.now()
         reservation = reservation_of(obj)
         return {
-            "reservation": reservation and {
+            "reservation": reservation
+            and {
                 "state": reservation.state,
                 "amount": format_amount(reservation.amount),
                 "asset": reservation.asset,
@@ -415,18 +477,14 @@ class MovementRequestAdmin(admin.ModelAdmin):
                 else:
                     self.message_user(
                         request,
-                        f"{action.label}: movement {obj.short_id} is now "
-                        f"{updated.request_state}.",
+                        f"{action.label}: movement {obj.short_id} is now {updated.request_state}.",
                         messages.SUCCESS,
                     )
                 return HttpResponseRedirect(self._change_url(obj))
         else:
             if not action.is_available(obj, nodes, request.user):
                 self.message_user(
-                    request,
-                    f"{action.label} is not possible now: the movement is "
-                    f"{obj.request_state} (or you lack the permission).",
-                    messages.ERROR,
+                    request, self._unavailable(action, obj, nodes, request.user), messages.ERROR
                 )
                 return HttpResponseRedirect(self._change_url(obj))
             form = action.form(None, nodes, posted=False)
@@ -444,6 +502,14 @@ class MovementRequestAdmin(admin.ModelAdmin):
         return TemplateResponse(
             request, "admin/movements/movementrequest/action_confirm.html", context
         )
+
+    @staticmethod
+    def _unavailable(action, obj, nodes, user) -> str:
+        if not user.has_perm(action.perm):
+            return f"{action.label}: you do not have the permission {action.perm}."
+        if action.is_legal(obj, nodes):  # legal, permitted, and still not offered: four-eyes
+            return f"{action.label}: four-eyes — you created this movement."
+        return f"{action.label} is not possible now: the movement is {obj.request_state}."
 
     # --- bulk approve / reject from the list --------------------------------------------------
 
@@ -465,7 +531,8 @@ class MovementRequestAdmin(admin.ModelAdmin):
         pks = list(queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1])
         if len(pks) > BULK_LIMIT:
             self.message_user(
-                request, f"Select at most {BULK_LIMIT} movements for a bulk {kind}.",
+                request,
+                f"Select at most {BULK_LIMIT} movements for a bulk {kind}.",
                 messages.ERROR,
             )
             return None
@@ -502,7 +569,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
             "skipped": [(row, format_amount(row.amount), why) for row, why in skipped],
             "totals": [(asset, format_amount(total)) for asset, total in sorted(totals.items())],
             "form": form if kind == "reject" else None,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(
             request, "admin/movements/movementrequest/bulk_confirm.html", context
@@ -525,9 +592,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
             self.message_user(request, f"{verb} {done} movement(s).", messages.SUCCESS)
         if refused:
             shown = "; ".join(refused[:10]) + (" …" if len(refused) > 10 else "")
-            self.message_user(
-                request, f"{len(refused)} refused — {shown}", messages.ERROR
-            )
+            self.message_user(request, f"{len(refused)} refused — {shown}", messages.ERROR)
         return None
 
 
@@ -535,8 +600,17 @@ class MovementRequestAdmin(admin.ModelAdmin):
 class RouteTemplateAdmin(admin.ModelAdmin):
     list_display = ("key", "version", "name", "is_active", "loaded_at", "checksum")
     list_filter = ("key", "is_active")
-    readonly_fields = ("key", "version", "checksum", "name", "description", "definition",
-                       "source_path", "is_active", "loaded_at")
+    readonly_fields = (
+        "key",
+        "version",
+        "checksum",
+        "name",
+        "description",
+        "definition",
+        "source_path",
+        "is_active",
+        "loaded_at",
+    )
 
     def has_add_permission(self, request):
         return False  # templates are reviewed files, loaded by route_templates_sync

@@ -153,8 +153,7 @@ ACTIONS: dict[str, MovementAction] = {
             name="reject",
             label="Reject",
             permission="reject_movement",
-            what_happens="The movement is rejected, nothing runs, and its reservation is "
-            "released.",
+            what_happens="The movement is rejected, nothing runs, and its reservation is released.",
             is_legal=lambda r, nodes: _in(r, RS.PENDING_APPROVAL),
             perform=movement_reject,
             form_class=ReasonForm,
@@ -165,8 +164,9 @@ ACTIONS: dict[str, MovementAction] = {
             label="Resume manual gate",
             permission="resume_manual_gate",
             what_happens="The manual gate completes and the movement continues past it.",
-            is_legal=lambda r, nodes: _in(r, RS.WAITING_MANUAL_ACTION, RS.EXECUTING)
-            and bool(_waiting_gates(nodes)),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.WAITING_MANUAL_ACTION, RS.EXECUTING) and bool(_waiting_gates(nodes))
+            ),
             perform=manual_gate_resume,
             form_class=ManualGateForm,
             eligible_nodes=_waiting_gates,
@@ -177,8 +177,10 @@ ACTIONS: dict[str, MovementAction] = {
             permission="cancel_movement",
             what_happens="Steps that have not started are cancelled and the movement ends as "
             "CANCELLED. Refused while money may be in flight.",
-            is_legal=lambda r, nodes: _in(r, RS.EXECUTING, RS.WAITING_MANUAL_ACTION)
-            and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.EXECUTING, RS.WAITING_MANUAL_ACTION)
+                and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
+            ),
             perform=movement_cancel,
             form_class=ReasonForm,
             dangerous=True,
@@ -189,8 +191,10 @@ ACTIONS: dict[str, MovementAction] = {
             permission="resolve_unknown_node",
             what_happens="The node takes the outcome you give, with your evidence recorded, and "
             "the movement carries on from there.",
-            is_legal=lambda r, nodes: r.request_state not in TERMINAL_REQUEST_STATES
-            and bool(_nodes_in(nodes, NodeState.UNKNOWN)),
+            is_legal=lambda r, nodes: (
+                r.request_state not in TERMINAL_REQUEST_STATES
+                and bool(_nodes_in(nodes, NodeState.UNKNOWN))
+            ),
             perform=node_resolve_unknown,
             form_class=ResolveUnknownForm,
             eligible_nodes=lambda nodes: _nodes_in(nodes, NodeState.UNKNOWN),
@@ -200,8 +204,10 @@ ACTIONS: dict[str, MovementAction] = {
             label="Resume",
             permission="resume_intervention",
             what_happens="The movement goes back to EXECUTING and waiting steps wake up.",
-            is_legal=lambda r, nodes: _in(r, RS.MANUAL_INTERVENTION)
-            and not _nodes_in(nodes, NodeState.FAILED, NodeState.UNKNOWN),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.MANUAL_INTERVENTION)
+                and not _nodes_in(nodes, NodeState.FAILED, NodeState.UNKNOWN)
+            ),
             perform=intervention_resume,
             form_class=ReasonForm,
         ),
@@ -211,8 +217,9 @@ ACTIONS: dict[str, MovementAction] = {
             permission="retry_node",
             what_happens="A new attempt of the failed node becomes ready; the failed attempt "
             "stays in the history.",
-            is_legal=lambda r, nodes: _in(r, RS.MANUAL_INTERVENTION)
-            and bool(_nodes_in(nodes, NodeState.FAILED)),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.MANUAL_INTERVENTION) and bool(_nodes_in(nodes, NodeState.FAILED))
+            ),
             perform=intervention_retry,
             form_class=NodeReasonForm,
             eligible_nodes=lambda nodes: _nodes_in(nodes, NodeState.FAILED),
@@ -223,8 +230,9 @@ ACTIONS: dict[str, MovementAction] = {
             permission="force_complete_movement",
             what_happens="The movement is marked COMPLETED on your word and its reservation is "
             "consumed. Steps that have not started are cancelled.",
-            is_legal=lambda r, nodes: _in(r, RS.MANUAL_INTERVENTION)
-            and not _nodes_in(nodes, *RUNNING_NODE_STATES),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *RUNNING_NODE_STATES)
+            ),
             perform=intervention_force_complete,
             form_class=ReasonForm,
             dangerous=True,
@@ -235,8 +243,9 @@ ACTIONS: dict[str, MovementAction] = {
             permission="force_fail_movement",
             what_happens="The movement is marked FAILED on your word. Steps that have not "
             "started are cancelled.",
-            is_legal=lambda r, nodes: _in(r, RS.MANUAL_INTERVENTION)
-            and not _nodes_in(nodes, *RUNNING_NODE_STATES),
+            is_legal=lambda r, nodes: (
+                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *RUNNING_NODE_STATES)
+            ),
             perform=intervention_force_fail,
             form_class=ReasonForm,
             dangerous=True,

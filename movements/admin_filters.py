@@ -39,9 +39,7 @@ class TemplateFilter(admin.SimpleListFilter):
     parameter_name = "template_key"
 
     def lookups(self, request, model_admin):
-        names = dict(
-            RouteTemplate.objects.order_by("key", "version").values_list("key", "name")
-        )
+        names = dict(RouteTemplate.objects.order_by("key", "version").values_list("key", "name"))
         return [(key, f"{key} — {name}" if name else key) for key, name in names.items()]
 
     def queryset(self, request, queryset):

@@ -138,8 +138,9 @@ def layout(
                 done=s.state in done_states,
             )
         )
-    return PlanGraph(width=max(width, NODE_W + 2 * MARGIN), height=height,
-                     nodes=nodes, edges=graph_edges)
+    return PlanGraph(
+        width=max(width, NODE_W + 2 * MARGIN), height=height, nodes=nodes, edges=graph_edges
+    )
 
 
 def plan_graph(request: MovementRequest, current_nodes: list) -> PlanGraph:
@@ -164,6 +165,4 @@ def plan_graph(request: MovementRequest, current_nodes: list) -> PlanGraph:
         .order_by("source__position", "target__position")
         .values_list("source__key", "target__key")
     )
-    return layout(
-        nodes, edges, done_states=frozenset({NodeState.COMPLETED, NodeState.SKIPPED})
-    )
+    return layout(nodes, edges, done_states=frozenset({NodeState.COMPLETED, NodeState.SKIPPED}))

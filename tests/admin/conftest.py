@@ -151,7 +151,8 @@ SCENARIOS = {
     "approve": ("make_movement", {}, RequestState.APPROVED),
     "reject": ("make_movement", REASON, RequestState.REJECTED),
     "resume_gate": (
-        "waiting_at_gate", {"node_key": "manual_release", "note": "desk confirmed"},
+        "waiting_at_gate",
+        {"node_key": "manual_release", "note": "desk confirmed"},
         RequestState.EXECUTING,
     ),
     "cancel": ("executing", REASON, RequestState.CANCELLED),
@@ -162,7 +163,8 @@ SCENARIOS = {
     ),
     "intervention_resume": ("intervention_reconciled", REASON, RequestState.EXECUTING),
     "intervention_retry": (
-        "intervention_failed", {"node_key": "withdraw_observe", **REASON},
+        "intervention_failed",
+        {"node_key": "withdraw_observe", **REASON},
         RequestState.EXECUTING,
     ),
     "force_complete": ("intervention_failed", REASON, RequestState.COMPLETED),
@@ -171,7 +173,11 @@ SCENARIOS = {
 
 OPERATOR_ACTIONS = ("approve", "reject", "resume_gate", "cancel")
 SUPERVISOR_ONLY_ACTIONS = (
-    "resolve_unknown", "intervention_resume", "intervention_retry", "force_complete", "force_fail",
+    "resolve_unknown",
+    "intervention_resume",
+    "intervention_retry",
+    "force_complete",
+    "force_fail",
 )
 
 

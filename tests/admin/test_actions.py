@@ -155,9 +155,7 @@ def test_a_stale_action_page_redirects_with_an_error_when_someone_else_acted_fir
     assert movement.request_state == RequestState.REJECTED
 
 
-def test_an_action_that_needs_a_reason_shows_the_form_again_without_one(
-    client, op, make_movement
-):
+def test_an_action_that_needs_a_reason_shows_the_form_again_without_one(client, op, make_movement):
     movement = make_movement()
     before = snapshot(movement)
     client.force_login(op)
@@ -191,9 +189,7 @@ def test_staff_without_view_permission_cannot_reach_an_action(client, make_movem
     assert snapshot(movement) == before
 
 
-def test_cancel_is_hidden_and_refused_while_money_may_be_in_flight(
-    client, op, executing
-):
+def test_cancel_is_hidden_and_refused_while_money_may_be_in_flight(client, op, executing):
     from tests.admin.conftest import drive
 
     # given an executing movement whose withdrawal is being submitted
@@ -214,11 +210,16 @@ def test_resolving_an_unknown_node_records_the_outcome_and_the_evidence(
     movement = intervention_unknown()
     client.force_login(supervisor)
 
-    post_action(client, movement, "resolve_unknown", {
-        "node_key": "withdraw_observe",
-        "outcome": "FAILED",
-        "evidence": "venue: no such withdrawal",
-    })
+    post_action(
+        client,
+        movement,
+        "resolve_unknown",
+        {
+            "node_key": "withdraw_observe",
+            "outcome": "FAILED",
+            "evidence": "venue: no such withdrawal",
+        },
+    )
 
     node = movement.nodes.get(node_key="withdraw_observe", is_current=True)
     assert node.node_state == NodeState.FAILED
@@ -250,12 +251,17 @@ def test_retry_makes_a_new_attempt_and_keeps_the_failed_one(
     movement = intervention_failed()
     client.force_login(supervisor)
 
-    post_action(client, movement, "intervention_retry",
-                {"node_key": "withdraw_observe", "reason": "venue fixed"})
+    post_action(
+        client,
+        movement,
+        "intervention_retry",
+        {"node_key": "withdraw_observe", "reason": "venue fixed"},
+    )
 
     attempts = list(
         movement.nodes.filter(node_key="withdraw_observe")
-        .order_by("attempt").values_list("attempt", "node_state", "is_current")
+        .order_by("attempt")
+        .values_list("attempt", "node_state", "is_current")
     )
     assert attempts == [(1, "FAILED", False), (2, "READY", True)]
 
@@ -274,3 +280,27 @@ def test_a_stale_node_choice_is_refused_by_the_service(client, supervisor, inter
     # then the service refuses: the node is no longer UNKNOWN
     assert any("not UNKNOWN" in m for m in messages_of(response))
     assert snapshot(movement) == before
+
+
+def test_opening_an_action_without_its_permission_says_so_and_changes_nothing(
+    client, op, intervention_failed
+):
+    movement = intervention_failed()
+    before = snapshot(movement)
+    client.force_login(op)
+
+    response = client.get(action_url(movement, "force_fail"))
+
+    assert response.status_code == 302
+    assert any("movements.force_fail_movement" in m for m in messages_of(response))
+    assert snapshot(movement) == before
+
+
+def test_opening_approve_on_your_own_movement_names_four_eyes(client, op, make_movement):
+    movement = make_movement(by=op)
+    client.force_login(op)
+
+    response = client.get(action_url(movement, "approve"))
+
+    assert response.status_code == 302
+    assert any("four-eyes" in m for m in messages_of(response))

@@ -26,10 +26,14 @@ ARTIFACTS = Path(settings.BASE_DIR) / "artifacts"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed "
-                       "(pip install playwright; CI installs it)"),
-    pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"no Chromium at {CHROMIUM} "
-                       "(apt-get install chromium; CI installs it)"),
+    pytest.mark.skipif(
+        sync_playwright is None,
+        reason="playwright is not installed (pip install playwright; CI installs it)",
+    ),
+    pytest.mark.skipif(
+        not shutil.which(CHROMIUM),
+        reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; CI installs it)",
+    ),
 ]
 
 
@@ -42,9 +46,16 @@ def browser_page(monkeypatch):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"],
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(15_000)

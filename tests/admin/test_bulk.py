@@ -104,9 +104,11 @@ def test_bulk_actions_are_offered_only_with_their_permission(client, viewer, op,
 
     client.force_login(viewer)
     response = client.get(changelist_url())
-    assert response.context["action_form"] is None or not {
-        "approve_selected", "reject_selected"
-    } & dict(response.context["action_form"].fields["action"].choices).keys()
+    assert (
+        response.context["action_form"] is None
+        or not {"approve_selected", "reject_selected"}
+        & dict(response.context["action_form"].fields["action"].choices).keys()
+    )
 
 
 def test_a_viewer_posting_bulk_approve_changes_nothing(client, viewer, make_movement):

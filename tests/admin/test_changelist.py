@@ -85,9 +85,7 @@ def _age(movement: MovementRequest, days: int) -> None:
     )
 
 
-def test_the_date_range_filter_keeps_movements_created_between_two_days(
-    client, op, make_movement
-):
+def test_the_date_range_filter_keeps_movements_created_between_two_days(client, op, make_movement):
     old, recent, today = make_movement(), make_movement(), make_movement()
     _age(old, 30)
     _age(recent, 3)

@@ -4,8 +4,9 @@ from movements.admin_graph import NODE_W, GraphNode, layout
 
 
 def node(key: str, state: str = "BLOCKED") -> GraphNode:
-    return GraphNode(key=key, kind="ACTION", state=state, attempt=1, external_ref="",
-                     frontier=False)
+    return GraphNode(
+        key=key, kind="ACTION", state=state, attempt=1, external_ref="", frontier=False
+    )
 
 
 def test_a_split_and_join_is_laid_out_in_columns_with_every_edge_pointing_right():
@@ -24,8 +25,13 @@ def test_a_split_and_join_is_laid_out_in_columns_with_every_edge_pointing_right(
 
 def test_a_longer_branch_pushes_the_join_to_the_right_of_its_last_predecessor():
     nodes = [node("root"), node("short"), node("long1"), node("long2"), node("join")]
-    edges = [("root", "short"), ("root", "long1"), ("long1", "long2"),
-             ("short", "join"), ("long2", "join")]
+    edges = [
+        ("root", "short"),
+        ("root", "long1"),
+        ("long1", "long2"),
+        ("short", "join"),
+        ("long2", "join"),
+    ]
 
     graph = layout(nodes, edges, done_states=frozenset())
 

@@ -20,12 +20,20 @@ def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(d
     call_command("setup_groups", stdout=StringIO())
 
     assert perms_of(OPERATORS) == {
-        "view_movementrequest", "view_movementrequestnode", "view_movementevent",
-        "view_routetemplate", "approve_movement", "reject_movement", "resume_manual_gate",
+        "view_movementrequest",
+        "view_movementrequestnode",
+        "view_movementevent",
+        "view_routetemplate",
+        "approve_movement",
+        "reject_movement",
+        "resume_manual_gate",
         "cancel_movement",
     }
     assert perms_of(SUPERVISORS) == perms_of(OPERATORS) | {
-        "resolve_unknown_node", "resume_intervention", "retry_node", "force_complete_movement",
+        "resolve_unknown_node",
+        "resume_intervention",
+        "retry_node",
+        "force_complete_movement",
         "force_fail_movement",
     }
 
@@ -47,12 +55,13 @@ def test_the_groups_may_also_see_reservations_and_deliveries_where_those_apps_de
     for name in (OPERATORS, SUPERVISORS):
         granted = {
             f"{p.content_type.app_label}.{p.codename}"
-            for p in Group.objects.get(name=name).permissions.exclude(
-                content_type__app_label="movements"
-            ).select_related("content_type")
+            for p in Group.objects.get(name=name)
+            .permissions.exclude(content_type__app_label="movements")
+            .select_related("content_type")
         }
         defined = {
-            label for label in NEIGHBOUR_PERMISSIONS[name]
+            label
+            for label in NEIGHBOUR_PERMISSIONS[name]
             if Permission.objects.filter(
                 content_type__app_label=label.split(".")[0], codename=label.split(".")[1]
             ).exists()

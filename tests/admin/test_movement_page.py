@@ -22,8 +22,7 @@ def offered(html: str) -> set[str]:
     return set(re.findall(r'data-action="([a-z_]+)"', html))
 
 
-def test_the_header_shows_state_amount_approval_and_expiry(client, op, supervisor,
-                                                            make_movement):
+def test_the_header_shows_state_amount_approval_and_expiry(client, op, supervisor, make_movement):
     # given a movement approved by the supervisor
     movement = make_movement(amount="1500.25")
     client.force_login(supervisor)
@@ -32,7 +31,7 @@ def test_the_header_shows_state_amount_approval_and_expiry(client, op, superviso
 
     html = page(client, movement)
 
-    header = html[html.index('id="qtg-header"'):html.index('id="qtg-actions"')]
+    header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
     assert "1,500.25 USDC" in header
     assert "APPROVED" in header
     assert "by sam" in header  # approval info
@@ -51,11 +50,13 @@ def test_the_plan_graph_is_inline_svg_coloured_by_node_state_with_the_frontier_m
     html = page(client, movement)
 
     # then the page carries an SVG drawn on the server, one group per plan node
-    graph = html[html.index('id="qtg-graph"'):]
-    graph = graph[:graph.index("</svg>")]
+    graph = html[html.index('id="qtg-graph"') :]
+    graph = graph[: graph.index("</svg>")]
     nodes = dict(re.findall(r'data-node="(\w+)" data-state="(\w+)"', graph))
     assert nodes == {
-        "withdraw": "COMPLETED", "withdraw_observe": "UNKNOWN", "deposit_observe": "BLOCKED",
+        "withdraw": "COMPLETED",
+        "withdraw_observe": "UNKNOWN",
+        "deposit_observe": "BLOCKED",
     }
     assert graph.count('class="qtg-edge"') == 2  # the two on_success edges
     assert "#ea580c" in graph  # UNKNOWN's colour
@@ -74,9 +75,7 @@ def test_the_frontier_nodes_are_highlighted_in_the_graph(client, op, make_moveme
     assert frontier == {"withdraw_observe", "chain_observe"}
 
 
-def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(
-    client, op, executing
-):
+def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(client, op, executing):
     # given a withdrawal in flight, leased by a worker, with a withdrawal id
     movement = drive(executing(), "withdraw", "PREPARING", "SUBMITTING")
     with transaction.atomic():
@@ -86,13 +85,12 @@ def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(
         node.external_ref, node.lease_owner = "WD-1001", "worker-7"
         node.last_error = "venue slow to answer"
         node.lease_expires_at = timezone.now()
-        node.save(update_fields=["external_ref", "lease_owner", "lease_expires_at",
-                                 "last_error"])
+        node.save(update_fields=["external_ref", "lease_owner", "lease_expires_at", "last_error"])
     client.force_login(op)
 
     html = page(client, movement)
 
-    nodes = html[html.index('id="nodes-group"'):html.index('id="events-group"')]
+    nodes = html[html.index('id="nodes-group"') : html.index('id="events-group"')]
     for text in ("SUBMITTING", "WD-1001", "worker-7 until", "venue slow to answer"):
         assert text in nodes
     assert not re.findall(r'<input(?![^>]*type="hidden")', nodes)
@@ -104,15 +102,21 @@ def test_events_are_newest_first_with_actor_and_evidence_and_cannot_be_edited(
 ):
     movement = intervention_unknown()
     client.force_login(supervisor)
-    post_action(client, movement, "resolve_unknown", {
-        "node_key": "withdraw_observe", "outcome": "COMPLETED",
-        "evidence": "txid 0xfeed confirmed",
-    })
+    post_action(
+        client,
+        movement,
+        "resolve_unknown",
+        {
+            "node_key": "withdraw_observe",
+            "outcome": "COMPLETED",
+            "evidence": "txid 0xfeed confirmed",
+        },
+    )
 
     response = client.get(change_url(movement))
     html = response.content.decode()
 
-    events = html[html.index('id="events-group"'):]
+    events = html[html.index('id="events-group"') :]
     transitions = re.findall(r"(\w+|·) → <b>(\w+)</b>", events)
     assert transitions[0] == ("MANUAL_INTERVENTION", "EXECUTING")  # newest first
     assert transitions[-1] == ("·", "RECEIVED")  # oldest last
@@ -141,8 +145,14 @@ def test_the_page_is_read_only_no_save_no_delete(client, supervisor, make_moveme
 
 
 def test_each_state_offers_exactly_its_legal_actions_to_a_supervisor(
-    client, supervisor, make_movement, executing, waiting_at_gate, intervention_unknown,
-    intervention_failed, intervention_reconciled,
+    client,
+    supervisor,
+    make_movement,
+    executing,
+    waiting_at_gate,
+    intervention_unknown,
+    intervention_failed,
+    intervention_reconciled,
 ):
     client.force_login(supervisor)
 
@@ -150,10 +160,14 @@ def test_each_state_offers_exactly_its_legal_actions_to_a_supervisor(
     assert offered(page(client, executing())) == {"cancel"}
     assert offered(page(client, waiting_at_gate())) == {"resume_gate", "cancel"}
     assert offered(page(client, intervention_unknown())) == {
-        "resolve_unknown", "force_complete", "force_fail",
+        "resolve_unknown",
+        "force_complete",
+        "force_fail",
     }
     assert offered(page(client, intervention_failed())) == {
-        "intervention_retry", "force_complete", "force_fail",
+        "intervention_retry",
+        "force_complete",
+        "force_fail",
     }
     assert offered(page(client, intervention_reconciled())) == {"intervention_resume"}
 
@@ -191,4 +205,4 @@ def test_an_expired_approval_window_hides_approve_and_says_closed(client, op, ma
     html = page(client, movement)
 
     assert offered(html) == {"reject"}
-    assert "closed" in html[html.index('id="qtg-header"'):html.index('id="qtg-actions"')]
+    assert "closed" in html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]

@@ -15,27 +15,31 @@ def installed(label: str) -> bool:
     return True
 
 
-@pytest.mark.skipif(not installed("reservations.Reservation"),
-                    reason="reservations.Reservation is not on this branch yet")
+@pytest.mark.skipif(
+    not installed("reservations.Reservation"),
+    reason="reservations.Reservation is not on this branch yet",
+)
 def test_the_header_shows_the_reservation_and_its_state(client, op, make_movement):
     movement = make_movement(amount="300")
     client.force_login(op)
 
     html = client.get(change_url(movement)).content.decode()
 
-    reservation = html[html.index('id="qtg-reservation"'):]
-    reservation = reservation[:reservation.index("</dd>")]
+    reservation = html[html.index('id="qtg-reservation"') :]
+    reservation = reservation[: reservation.index("</dd>")]
     assert "<b>HELD</b>" in reservation and "300 USDC" in reservation
 
 
-@pytest.mark.skipif(not installed("callbacks.Delivery"),
-                    reason="callbacks.Delivery is not on this branch yet")
+@pytest.mark.skipif(
+    not installed("callbacks.Delivery"), reason="callbacks.Delivery is not on this branch yet"
+)
 def test_the_page_lists_the_callback_deliveries_of_the_movement(
     client, op, supervisor, make_movement
 ):
     # given a receiver of approvals, and a movement another operator approved
     subscription = apps.get_model("callbacks.Subscription").objects.create(
-        name="treasury-hook", url="https://hooks.example.com/qtg",
+        name="treasury-hook",
+        url="https://hooks.example.com/qtg",
         event_types=["request_approved"],
     )
     movement = make_movement()
@@ -48,7 +52,7 @@ def test_the_page_lists_the_callback_deliveries_of_the_movement(
 
     # then its delivery is listed, read-only
     html = response.content.decode()
-    deliveries = html[html.index("Callback deliveries"):]
+    deliveries = html[html.index("Callback deliveries") :]
     assert "request_approved" in deliveries
     assert subscription.name in deliveries
     formsets = {f.opts.verbose_name_plural: f for f in response.context["inline_admin_formsets"]}
