@@ -10,13 +10,12 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from django.apps import apps
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Cast
@@ -27,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
+from callbacks.models import Delivery
 from movements.actors import Actor
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
 from movements.admin_filters import (
@@ -46,6 +46,7 @@ from movements.models import (
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
+from reservations.models import Reservation
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
@@ -175,18 +176,10 @@ class EventInline(ReadOnlyInline):
         return format_html('<pre class="qtg-evidence">{}</pre>', text)
 
 
-def _installed_model(app_label: str, model_name: str):
-    """A model of a neighbouring app, or None while that app does not define it yet."""
-    try:
-        return apps.get_model(app_label, model_name)
-    except LookupError:
-        return None
-
-
 class DeliveryInline(ReadOnlyInline):
     """The webhook deliveries this movement caused (the callbacks app's outbox)."""
 
-    model = _installed_model("callbacks", "Delivery")
+    model = Delivery
     fk_name = "request"
     verbose_name = "callback delivery"
     verbose_name_plural = "Callback deliveries (newest first)"
@@ -212,11 +205,11 @@ class DeliveryInline(ReadOnlyInline):
         )
 
 
-def reservation_of(movement: MovementRequest):
-    """The movement's reservation, when the reservations app keeps one for it."""
+def reservation_of(movement: MovementRequest) -> Reservation | None:
+    """The movement's reservation (none when validation refused it before the hold)."""
     try:
-        return getattr(movement, "reservation", None)
-    except ObjectDoesNotExist:
+        return movement.reservation
+    except Reservation.DoesNotExist:
         return None
 
 
@@ -250,7 +243,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline)
+    inlines = (NodeInline, EventInline, DeliveryInline)
     readonly_fields = ("amount_display",)
     fieldsets = (
         (
@@ -375,11 +368,6 @@ class MovementRequestAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     # --- the movement page ------------------------------------------------------------------
-
-    def get_inlines(self, request, obj):
-        if DeliveryInline.model is None:
-            return self.inlines
-        return (*self.inlines, DeliveryInline)
 
     def has_add_permission(self, request):
         return False  # movements are created through the API or the services

@@ -11,12 +11,16 @@ from django.db import transaction
 OPERATORS = "operators"
 SUPERVISORS = "supervisors"
 
-# Read access to everything the movement page shows.
+# Read access to everything the movement page shows or links to.
 VIEW_PERMISSIONS = (
     "movements.view_movementrequest",
     "movements.view_movementrequestnode",
     "movements.view_movementevent",
     "movements.view_routetemplate",
+    "reservations.view_reservation",
+    "reservations.view_hardcap",
+    "callbacks.view_delivery",
+    "callbacks.view_subscription",
 )
 
 OPERATOR_PERMISSIONS = (
@@ -34,6 +38,8 @@ SUPERVISOR_PERMISSIONS = (
     "movements.retry_node",
     "movements.force_complete_movement",
     "movements.force_fail_movement",
+    "callbacks.redeliver_delivery",
+    "reservations.settle_reservation",
 )
 
 GROUP_PERMISSIONS: dict[str, tuple[str, ...]] = {
@@ -41,25 +47,8 @@ GROUP_PERMISSIONS: dict[str, tuple[str, ...]] = {
     SUPERVISORS: SUPERVISOR_PERMISSIONS,
 }
 
-# The movement page links to the reservation and the callback deliveries of a movement; these
-# are granted as soon as the reservations and callbacks apps define them.
-_NEIGHBOUR_VIEW = (
-    "reservations.view_reservation",
-    "reservations.view_hardcap",
-    "callbacks.view_delivery",
-    "callbacks.view_subscription",
-)
-NEIGHBOUR_PERMISSIONS: dict[str, tuple[str, ...]] = {
-    OPERATORS: _NEIGHBOUR_VIEW,
-    SUPERVISORS: (
-        *_NEIGHBOUR_VIEW,
-        "callbacks.redeliver_delivery",
-        "reservations.settle_reservation",
-    ),
-}
 
-
-def _permissions(names: tuple[str, ...], *, required: bool = True) -> list[Permission]:
+def _permissions(names: tuple[str, ...]) -> list[Permission]:
     wanted = {tuple(name.split(".", 1)) for name in names}
     found = {
         (p.content_type.app_label, p.codename): p
@@ -68,9 +57,9 @@ def _permissions(names: tuple[str, ...], *, required: bool = True) -> list[Permi
         )
     }
     missing = sorted(f"{app}.{codename}" for app, codename in wanted - found.keys())
-    if missing and required:
+    if missing:
         raise LookupError(f"permissions missing (run migrate first): {', '.join(missing)}")
-    return [found[key] for key in sorted(wanted & found.keys())]
+    return [found[key] for key in sorted(wanted)]
 
 
 @transaction.atomic
@@ -80,8 +69,6 @@ def ensure_operator_groups() -> dict[str, Group]:
     groups = {}
     for name, perms in GROUP_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=name)
-        group.permissions.set(
-            _permissions(perms) + _permissions(NEIGHBOUR_PERMISSIONS[name], required=False)
-        )
+        group.permissions.set(_permissions(perms))
         groups[name] = group
     return groups

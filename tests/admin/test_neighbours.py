@@ -1,24 +1,10 @@
 """What the movement page shows from the neighbouring apps: the reservation and the callback
-deliveries (skipped on a branch where those apps do not define their models yet)."""
+deliveries."""
 
-import pytest
-from django.apps import apps
-
+from callbacks.models import Subscription
 from tests.admin.helpers import change_url, post_action
 
 
-def installed(label: str) -> bool:
-    try:
-        apps.get_model(label)
-    except LookupError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(
-    not installed("reservations.Reservation"),
-    reason="reservations.Reservation is not on this branch yet",
-)
 def test_the_header_shows_the_reservation_and_its_state(client, op, make_movement):
     movement = make_movement(amount="300")
     client.force_login(op)
@@ -30,14 +16,11 @@ def test_the_header_shows_the_reservation_and_its_state(client, op, make_movemen
     assert "<b>HELD</b>" in reservation and "300 USDC" in reservation
 
 
-@pytest.mark.skipif(
-    not installed("callbacks.Delivery"), reason="callbacks.Delivery is not on this branch yet"
-)
 def test_the_page_lists_the_callback_deliveries_of_the_movement(
     client, op, supervisor, make_movement
 ):
     # given a receiver of approvals, and a movement another operator approved
-    subscription = apps.get_model("callbacks.Subscription").objects.create(
+    subscription = Subscription.objects.create(
         name="treasury-hook",
         url="https://hooks.example.com/qtg",
         event_types=["request_approved"],
