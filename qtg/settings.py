@@ -134,6 +134,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
+    # One error shape for every 4xx of the API (movements/api/exceptions.py).
+    "EXCEPTION_HANDLER": "movements.api.exceptions.api_exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -144,6 +146,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "NodeKindEnum": "movements.models.NodeKind",
+        "EventKindEnum": "movements.models.MovementEvent.Kind",
+    },
 }
 
 # --- Celery ----------------------------------------------------------------------------------

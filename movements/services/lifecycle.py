@@ -9,7 +9,7 @@ it changes, and changes state only through ``set_request_state`` / ``set_node_st
 import hashlib
 import json
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +24,7 @@ from movements.exceptions import (
     InvalidInput,
     NotFound,
     NotPermitted,
+    QTGError,
     TemplateInvalid,
 )
 from movements.models import (
@@ -53,6 +54,7 @@ from movements.states import (
 from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
+AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
 
 
 def _authorize(actor: Actor, codename: str) -> None:
@@ -204,7 +206,9 @@ def movement_create(
     fingerprint = request_fingerprint(
         template=template,
         asset=asset,
-        amount=str(amount.normalize()),
+        # normalize() under the default 28-digit context would round a 38-digit amount and
+        # let two different amounts share a fingerprint.
+        amount=str(amount.normalize(AMOUNT_CONTEXT)),
         source=source,
         destination=destination,
         params=params,
@@ -298,7 +302,7 @@ def _create(
             params=params,
         )
     except TemplateInvalid as exc:
-        return _fail_validation(request, actor, str(exc))
+        return _fail_validation(request, actor, exc)
 
     request.template = route_template
     request.template_version = route_template.version
@@ -307,7 +311,7 @@ def _create(
     try:
         reservation_hold(request=request, actor=actor)
     except ReservationRefused as exc:
-        return _fail_validation(request, actor, str(exc))
+        return _fail_validation(request, actor, exc)
     _build_plan(request, plan)
     set_request_state(
         request=request,
@@ -319,13 +323,14 @@ def _create(
     return request
 
 
-def _fail_validation(request: MovementRequest, actor: Actor, reason: str) -> MovementRequest:
-    request.failure_reason = reason
+def _fail_validation(request: MovementRequest, actor: Actor, exc: QTGError) -> MovementRequest:
+    # The event keeps the structured details (the cap, the amount in flight, ...) as evidence.
+    request.failure_reason = exc.message
     set_request_state(
         request=request,
         new_state=RequestState.FAILED,
         actor=actor,
-        detail={"reason": reason},
+        detail={"reason": exc.message, "code": exc.code, **exc.details},
         update_fields=["failure_reason"],
         nodes=[],
     )

@@ -458,3 +458,19 @@ def test_an_inactive_user_holds_no_permission(make_movement):
 
     with pytest.raises(NotPermitted):
         movement_approve(request=request, actor=Actor.for_user(inactive))
+
+
+def test_a_hardcap_refusal_keeps_its_figures_as_evidence_on_the_failed_request(make_movement):
+    from reservations.services import hardcap_ensure
+
+    hardcap_ensure(asset="EURC", max_in_flight="50")
+
+    request = make_movement("cex_to_cex", asset="EURC", amount="80")
+
+    assert request.request_state == RS.FAILED
+    failed = request.events.get(new_state="FAILED")
+    assert (failed.detail["code"], failed.detail["cap"], failed.detail["asked"]) == (
+        "reservation_refused",
+        "50",
+        "80",
+    )

@@ -1,0 +1,1 @@
+"""The integration API (DRF): token-authenticated endpoints under /api/v1/."""

@@ -1,0 +1,273 @@
+"""Input serializers validate what a client sends; output serializers shape what it reads.
+
+The two are kept apart: input fields are strict about JSON types (see ``fields``), output
+fields describe the stored rows. Amounts are decimal strings both ways, never JSON numbers.
+"""
+
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from movements.api.fields import (
+    AMOUNT_PATTERN,
+    ASSET_PATTERN,
+    NODE_KEY_PATTERN,
+    NOT_BLANK_PATTERN,
+    VENUE_PATTERN,
+    JSONObjectField,
+    StrictCharField,
+    StrictIntegerField,
+)
+from movements.api.selectors import route_templates_current
+from movements.models import MovementEvent, MovementRequest, MovementRequestNode, NodeKind
+from movements.selectors import current_nodes
+from movements.states import RequestState
+
+MAX_EXPIRES_IN_SECONDS = 365 * 24 * 3600
+MAX_REASON_LENGTH = 2000
+
+
+def decimal_string(value: Decimal | None) -> str | None:
+    """A stored amount as plain digits without trailing zeros: Decimal("100.000") -> "100"."""
+    if value is None:
+        return None
+    text = format(value, "f")  # no rounding: normalize() would round to 28 digits
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# --- Errors ----------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one shape of every 4xx response."""
+
+    code = serializers.CharField(help_text="Stable machine-readable code, e.g. `invalid`.")
+    message = serializers.CharField(help_text="What went wrong, for a human.")
+    details = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="Field errors (field name -> list of messages) or facts about the refusal, "
+        "e.g. `current_state` on a 409.",
+    )
+
+
+# --- Input -----------------------------------------------------------------------------------
+
+
+class MovementCreateInputSerializer(serializers.Serializer):
+    template = serializers.ChoiceField(
+        choices=[], help_text="Key of an active route template (see /api/v1/route-templates/)."
+    )
+    asset = StrictCharField(pattern=ASSET_PATTERN, help_text="Asset code, e.g. `USDC`.")
+    amount = StrictCharField(
+        pattern=AMOUNT_PATTERN,
+        help_text="Positive decimal string below 1e20 with at most 18 decimal places, e.g. "
+        '`"100.50"`. JSON numbers are refused: a float cannot carry money exactly.',
+    )
+    source = StrictCharField(pattern=VENUE_PATTERN, help_text="Where the funds are.")
+    destination = StrictCharField(pattern=VENUE_PATTERN, help_text="Where the funds go.")
+    params = JSONObjectField(
+        required=False,
+        help_text="Template params. Params the template refuses give a FAILED movement with "
+        "its `failure_reason`.",
+    )
+    expires_in_seconds = StrictIntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_EXPIRES_IN_SECONDS,
+        help_text="Approval window; the server default applies when absent.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["template"].choices = [t.key for t in route_templates_current()]
+
+
+class ReasonInputSerializer(serializers.Serializer):
+    reason = StrictCharField(
+        pattern=NOT_BLANK_PATTERN,
+        max_length=MAX_REASON_LENGTH,
+        help_text="Why (not blank); recorded in the audit trail.",
+    )
+
+
+class ResumeInputSerializer(serializers.Serializer):
+    node_key = StrictCharField(
+        pattern=NODE_KEY_PATTERN,
+        required=False,
+        help_text="The manual gate to release; needed only when several are waiting.",
+    )
+    note = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON_LENGTH,
+        help_text="Recorded in the audit trail.",
+    )
+
+
+# --- Output ----------------------------------------------------------------------------------
+
+
+class RouteTemplateNodeSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    kind = serializers.ChoiceField(choices=NodeKind.choices)
+    has_side_effect = serializers.BooleanField()
+
+
+class RouteTemplateEdgeSerializer(serializers.Serializer):
+    source = serializers.CharField(help_text="Key of the node that must complete first.")
+    target = serializers.CharField(help_text="Key of the node it unblocks.")
+
+
+class RouteTemplateSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    version = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    nodes = serializers.SerializerMethodField()
+    edges = serializers.SerializerMethodField()
+
+    @extend_schema_field(RouteTemplateNodeSerializer(many=True))
+    def get_nodes(self, template) -> list[dict[str, Any]]:
+        return [
+            {
+                "key": node["key"],
+                "kind": node["kind"],
+                "has_side_effect": bool(node.get("has_side_effect", False)),
+            }
+            for node in template.definition["nodes"]
+        ]
+
+    @extend_schema_field(RouteTemplateEdgeSerializer(many=True))
+    def get_edges(self, template) -> list[dict[str, str]]:
+        return [
+            {"source": node["key"], "target": target}
+            for node in template.definition["nodes"]
+            for target in node.get("on_success", [])
+        ]
+
+
+class ReservationSerializer(serializers.Serializer):
+    state = serializers.CharField(help_text="HELD, CONSUMED or RELEASED.")
+    amount = serializers.CharField(help_text="Decimal string.")
+
+
+class MovementNodeSerializer(serializers.ModelSerializer):
+    external_ref = serializers.SerializerMethodField()
+
+    class Meta:
+        model = MovementRequestNode
+        fields = [
+            "node_key",
+            "kind",
+            "node_state",
+            "has_side_effect",
+            "attempt",
+            "external_ref",
+            "state_changed_at",
+        ]
+
+    def get_external_ref(self, node: MovementRequestNode) -> str | None:
+        """The venue's id for what the node did (txid, withdrawal id), once there is one."""
+        return node.external_ref or None
+
+
+class MovementSerializer(serializers.ModelSerializer):
+    template = serializers.CharField(source="template_key")
+    amount = serializers.SerializerMethodField()
+    current_frontier = serializers.ListField(child=serializers.CharField())
+    params = serializers.DictField(child=serializers.JSONField())
+    request_state = serializers.ChoiceField(choices=[s.value for s in RequestState])
+    failure_reason = serializers.SerializerMethodField()
+    created_by = serializers.SerializerMethodField()
+    approved_by = serializers.SerializerMethodField()
+    reservation = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = MovementRequest
+        fields = [
+            "id",
+            "request_state",
+            "template",
+            "template_version",
+            "asset",
+            "amount",
+            "source",
+            "destination",
+            "params",
+            "current_frontier",
+            "expires_at",
+            "created_at",
+            "updated_at",
+            "created_by",
+            "approved_by",
+            "approved_at",
+            "failure_reason",
+            "reservation",
+            "nodes",
+        ]
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_amount(self, movement: MovementRequest) -> str:
+        return decimal_string(movement.amount)
+
+    def get_failure_reason(self, movement: MovementRequest) -> str | None:
+        """Why the movement failed, was rejected, expired or was cancelled."""
+        return movement.failure_reason or None
+
+    def get_created_by(self, movement: MovementRequest) -> str | None:
+        return movement.created_by.get_username() if movement.created_by_id else None
+
+    def get_approved_by(self, movement: MovementRequest) -> str | None:
+        return movement.approved_by.get_username() if movement.approved_by_id else None
+
+    @extend_schema_field(ReservationSerializer(allow_null=True))
+    def get_reservation(self, movement: MovementRequest) -> dict[str, str] | None:
+        try:
+            reservation = movement.reservation
+        except (AttributeError, ObjectDoesNotExist):
+            return None
+        return {"state": reservation.state, "amount": decimal_string(reservation.amount)}
+
+    @extend_schema_field(MovementNodeSerializer(many=True))
+    def get_nodes(self, movement: MovementRequest) -> list[dict[str, Any]]:
+        nodes = getattr(movement, "current_nodes_list", None)
+        if nodes is None:
+            nodes = current_nodes(movement)
+        return MovementNodeSerializer(nodes, many=True).data
+
+
+class MovementEventSerializer(serializers.ModelSerializer):
+    node_key = serializers.SerializerMethodField()
+    old_state = serializers.SerializerMethodField()
+    new_state = serializers.SerializerMethodField()
+    detail = serializers.DictField(child=serializers.JSONField())
+
+    class Meta:
+        model = MovementEvent
+        fields = [
+            "node_key",
+            "kind",
+            "old_state",
+            "new_state",
+            "actor_type",
+            "actor_id",
+            "detail",
+            "created_at",
+        ]
+
+    def get_node_key(self, event: MovementEvent) -> str | None:
+        """The node the event is about; null for the request itself."""
+        return event.node_key or None
+
+    def get_old_state(self, event: MovementEvent) -> str | None:
+        """Null on the creation event and on records without a state change."""
+        return event.old_state or None
+
+    def get_new_state(self, event: MovementEvent) -> str | None:
+        """Null on records without a state change."""
+        return event.new_state or None

@@ -1,0 +1,304 @@
+"""The integration API. Views parse and shape; the lifecycle services decide and authorise
+(the same Django permissions the admin uses) and raise domain errors that the one exception
+handler turns into the error shape."""
+
+import re
+import uuid
+from datetime import timedelta
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import generics, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from movements.actors import Actor
+from movements.api.authentication import StrictTokenAuthentication
+from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma
+from movements.api.filters import MovementFilter
+from movements.api.pagination import MovementPagination
+from movements.api.parsers import StrictJSONParser
+from movements.api.selectors import (
+    movements_visible_to,
+    movements_with_details,
+    route_templates_current,
+)
+from movements.api.serializers import (
+    ErrorSerializer,
+    MovementCreateInputSerializer,
+    MovementEventSerializer,
+    MovementSerializer,
+    ReasonInputSerializer,
+    ResumeInputSerializer,
+    RouteTemplateSerializer,
+)
+from movements.exceptions import InvalidInput, NotFound
+from movements.models import MovementRequest
+from movements.selectors import request_events
+from movements.services import (
+    manual_gate_resume,
+    movement_approve,
+    movement_cancel,
+    movement_create,
+    movement_reject,
+)
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotency-Replayed"
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input (body, header or query parameter): `details` maps each field to "
+    "its problems.",
+    401: "No token, or an invalid one.",
+    403: "The token's user lacks the permission (or four-eyes forbids it).",
+    404: "No such movement visible to this client.",
+    409: "Not legal now: `details.current_state` names the movement's state.",
+    415: "The body is not JSON.",
+}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[code])
+        for code in codes
+    }
+
+
+MOVEMENT_ID = OpenApiParameter(
+    "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The movement's id."
+)
+
+
+class APIDefaults:
+    # What every endpoint of the API shares (a mixin without a docstring: drf-spectacular
+    # would publish it as the description of every operation).
+    authentication_classes = [StrictTokenAuthentication]
+    permission_classes = [IsAuthenticated]
+    parser_classes = [StrictJSONParser]
+    # JSON only: the browsable API needs session login, which a token API does not offer.
+    renderer_classes = [JSONRenderer]
+
+    def query_parameters(self) -> set[str]:
+        """The query parameters this operation understands."""
+        return set()
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)
+        # A misspelt filter (?state=FAILED) must not quietly return everything.
+        unknown = set(request.query_params) - self.query_parameters()
+        if unknown:
+            raise ValidationError({name: ["Unknown query parameter."] for name in sorted(unknown)})
+
+
+def movement_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(raw))
+    except ValueError:
+        raise NotFound(f"movement {raw} does not exist") from None
+
+
+@extend_schema(
+    tags=["route templates"],
+    summary="List the active route templates",
+    responses={200: RouteTemplateSerializer(many=True), **errors(400, 401)},
+)
+class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
+    serializer_class = RouteTemplateSerializer
+    pagination_class = None
+    filter_backends = []
+
+    def get(self, request: Request) -> Response:
+        return Response(RouteTemplateSerializer(route_templates_current(), many=True).data)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List movements, newest first",
+        description="Everything for holders of `movements.view_movementrequest`; otherwise "
+        "the movements the client created.",
+        responses={200: MovementSerializer(many=True), **errors(400, 401, 404)},
+    ),
+    retrieve=extend_schema(
+        summary="Read one movement",
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementSerializer, **errors(400, 401, 404)},
+    ),
+)
+@extend_schema(tags=["movements"])
+class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
+    serializer_class = MovementSerializer
+    filterset_class = MovementFilter
+    pagination_class = MovementPagination
+    lookup_value_regex = "[^/]+"
+
+    def query_parameters(self) -> set[str]:
+        if self.action != "list":
+            return set()
+        paginator = self.paginator
+        return {
+            *MovementFilter.base_filters,
+            paginator.page_query_param,
+            paginator.page_size_query_param,
+        }
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return MovementRequest.objects.none()
+        return movements_visible_to(self.request.user).order_by("-created_at", "-pk")
+
+    def get_object(self) -> MovementRequest:
+        pk = movement_id(self.kwargs["pk"])
+        try:
+            return self.get_queryset().get(pk=pk)
+        except MovementRequest.DoesNotExist:
+            raise NotFound(f"movement {pk} does not exist") from None
+
+    def list(self, request: Request) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(MovementSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(MovementSerializer(self.get_object()).data)
+
+    @extend_schema(
+        summary="Create a movement (idempotent)",
+        description="The same `Idempotency-Key` with the same body returns the original "
+        "movement (200, header `Idempotency-Replayed: true`) and creates nothing; the same key "
+        "with a different body is a 409. Keys are scoped to the authenticated client.",
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                required=True,
+                pattern=ecma(IDEMPOTENCY_KEY_PATTERN),
+                description="A key the client chooses per movement (visible ASCII, 1-255).",
+            )
+        ],
+        request=MovementCreateInputSerializer,
+        responses={
+            201: OpenApiResponse(
+                MovementSerializer,
+                description="Created (possibly FAILED "
+                "with its `failure_reason`, e.g. over the hardcap).",
+            ),
+            200: OpenApiResponse(MovementSerializer, description="A replay: the original."),
+            **errors(400, 401, 409, 415),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is None or not re.search(IDEMPOTENCY_KEY_PATTERN, key):
+            raise InvalidInput(
+                "an Idempotency-Key header of 1 to 255 visible ASCII characters is required",
+                details={IDEMPOTENCY_HEADER: ["required" if key is None else "invalid"]},
+            )
+        serializer = MovementCreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        expires_in = data.get("expires_in_seconds")
+        movement = movement_create(
+            template=data["template"],
+            asset=data["asset"],
+            amount=data["amount"],
+            source=data["source"],
+            destination=data["destination"],
+            params=data.get("params"),
+            expires_in=timedelta(seconds=expires_in) if expires_in else None,
+            idempotency_key=key,
+            actor=Actor.for_user(request.user),
+        )
+        if movement.replayed:
+            return Response(
+                self._read(movement.pk),
+                status=status.HTTP_200_OK,
+                headers={REPLAYED_HEADER: "true"},
+            )
+        return Response(self._read(movement.pk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Approve (four-eyes: not by its creator)",
+        request=None,
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409)},
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        movement = movement_approve(request=movement_id(pk), actor=Actor.for_user(request.user))
+        return Response(self._read(movement.pk))
+
+    @extend_schema(
+        summary="Reject a movement waiting for approval",
+        request=ReasonInputSerializer,
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        reason = self._input(ReasonInputSerializer, request)["reason"]
+        movement = movement_reject(
+            request=movement_id(pk), actor=Actor.for_user(request.user), reason=reason
+        )
+        return Response(self._read(movement.pk))
+
+    @extend_schema(
+        summary="Cancel (refused while money may be in flight)",
+        request=ReasonInputSerializer,
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        reason = self._input(ReasonInputSerializer, request)["reason"]
+        movement = movement_cancel(
+            request=movement_id(pk), actor=Actor.for_user(request.user), reason=reason
+        )
+        return Response(self._read(movement.pk))
+
+    @extend_schema(
+        summary="Release a waiting manual gate",
+        request=ResumeInputSerializer,
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        data = self._input(ResumeInputSerializer, request)
+        movement = manual_gate_resume(
+            request=movement_id(pk),
+            actor=Actor.for_user(request.user),
+            node_key=data.get("node_key"),
+            note=data.get("note", ""),
+        )
+        return Response(self._read(movement.pk))
+
+    @extend_schema(
+        summary="The movement's audit trail, oldest first",
+        parameters=[MOVEMENT_ID],
+        responses={200: MovementEventSerializer(many=True), **errors(400, 401, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def events(self, request: Request, pk: str) -> Response:
+        movement = self.get_object()
+        return Response(MovementEventSerializer(request_events(movement), many=True).data)
+
+    @staticmethod
+    def _input(serializer_class, request: Request) -> dict:
+        serializer = serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    @staticmethod
+    def _read(pk: uuid.UUID) -> dict:
+        """The movement as it is now (whoever may act on it may read the result)."""
+        return MovementSerializer(movements_with_details().get(pk=pk)).data

@@ -1,0 +1,132 @@
+"""Whatever bytes arrive, the answer is a 4xx in the one error shape, never a 500."""
+
+import json
+import uuid
+
+import pytest
+
+from movements.models import MovementRequest
+from tests.api.conftest import MOVEMENTS, assert_error, create_body, movement_url
+
+
+def post_raw(client, url, data: bytes, content_type="application/json"):
+    return client.generic(
+        "POST", url, data, content_type=content_type, HTTP_IDEMPOTENCY_KEY=uuid.uuid4().hex
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"{",
+        b"{'template': 'cex_to_cex'}",
+        b'{"amount": NaN}',
+        b'{"amount": Infinity}',
+        b"\xff\xfe\x00",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"params": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+        b'{"expires_in_seconds": ' + b"9" * 5000 + b"}",
+    ],
+    ids=[
+        "truncated",
+        "single-quotes",
+        "nan",
+        "infinity",
+        "not-utf8",
+        "deep-list",
+        "deep-object",
+        "5000-digit-int",
+    ],
+)
+def test_a_body_no_json_parser_accepts_is_a_400(integration_client, data):
+    response = post_raw(integration_client, MOVEMENTS, data)
+
+    assert_error(response, 400, "parse_error")
+    assert not MovementRequest.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"params": ' + b'{"a": ' * 40 + b"1" + b"}" * 40 + b"}",
+        b'{"params": {"x": 1e400}}',
+        b'{"expires_in_seconds": 1e400}',
+        b'{"amount": 1e400}',
+        b'{"amount": 100000000000000000000000000000000000000000000000000}',
+    ],
+    ids=["params-40-deep", "params-inf", "expires-inf", "amount-inf", "amount-huge-int"],
+)
+def test_a_body_that_parses_but_cannot_be_stored_is_a_400(integration_client, body):
+    prefix = (
+        b'{"template": "cex_to_cex", "asset": "USDC", "source": "a", "destination": "b", '
+        b'"amount": "1", '
+    )
+    response = post_raw(integration_client, MOVEMENTS, prefix + body[1:])
+
+    assert_error(response, 400, "invalid")
+    assert not MovementRequest.objects.exists()
+
+
+def test_an_empty_body_names_every_required_field(integration_client):
+    response = post_raw(integration_client, MOVEMENTS, b"")
+
+    assert "amount" in assert_error(response, 400, "invalid")["details"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain",
+        "application/xml",
+    ],
+)
+def test_a_body_that_is_not_json_is_a_415(integration_client, content_type):
+    response = post_raw(integration_client, MOVEMENTS, b"template=cex_to_cex", content_type)
+
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_a_json_body_in_an_unknown_charset_is_read_as_utf8(integration_client):
+    response = post_raw(
+        integration_client,
+        MOVEMENTS,
+        json.dumps(create_body()).encode(),
+        "application/json; charset=no-such-charset",
+    )
+
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("method", ["put", "patch", "delete"])
+def test_a_method_the_endpoint_does_not_have_is_a_405(integration_client, created, method):
+    response = getattr(integration_client, method)(movement_url(created["id"]))
+
+    assert_error(response, 405, "method_not_allowed")
+
+
+def test_a_get_on_an_action_is_a_405(integration_client, created):
+    response = integration_client.get(movement_url(created["id"], "approve"))
+
+    assert_error(response, 405, "method_not_allowed")
+
+
+READ_URLS = ["/api/v1/route-templates/", MOVEMENTS, "{movement}", "{movement}events/"]
+
+
+@pytest.mark.parametrize("url", READ_URLS)
+@pytest.mark.parametrize("accept", ["text/html", "*/*", "application/json"])
+@pytest.mark.parametrize("method", ["get", "head", "options"])
+def test_reads_answer_json_whatever_the_accept_header_says(
+    approver_client, created, url, accept, method
+):
+    url = url.format(movement=movement_url(created["id"]))
+
+    response = getattr(approver_client, method)(url, HTTP_ACCEPT=accept)
+
+    assert response.status_code == (406 if accept == "text/html" else 200)
+    if method != "head":
+        assert response["Content-Type"] == "application/json"
+    if response.status_code == 406 and method != "head":
+        assert_error(response, 406, "not_acceptable")
