@@ -55,6 +55,7 @@ from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
+SQLITE_EXACT_DIGITS = 15
 
 
 def _authorize(actor: Actor, codename: str) -> None:
@@ -105,6 +106,15 @@ def _parse_amount(amount: Any) -> Decimal:
     if value.as_tuple().exponent < -18:
         raise InvalidInput(
             "amount has more than 18 decimal places", details={"amount": ["too precise"]}
+        )
+    digits = len(value.normalize(AMOUNT_CONTEXT).as_tuple().digits)
+    if not settings.DB_IS_POSTGRES and digits > SQLITE_EXACT_DIGITS:
+        # SQLite keeps a decimal column as a REAL: beyond 15 significant digits the amount
+        # would be silently rounded, and money is never silently rounded.
+        raise InvalidInput(
+            f"amount has {digits} significant digits; the embedded SQLite database stores "
+            f"{SQLITE_EXACT_DIGITS} exactly (use PostgreSQL for more)",
+            details={"amount": ["too precise for this database"]},
         )
     return value
 

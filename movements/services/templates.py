@@ -52,12 +52,22 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
     return loaded
 
 
+def route_templates_ensure_loaded() -> None:
+    """Load the template files unless every one of them already has a row.
+
+    Loading is idempotent and each file commits on its own, so a caller that arrives while
+    another process is still loading loads too rather than trust a partial table.
+    """
+    files = len(list(Path(settings.QTG_ROUTE_TEMPLATE_DIR).glob("*.yaml")))
+    if RouteTemplate.objects.values("key").distinct().count() < files:
+        route_templates_sync()
+
+
 def route_template_current(key: str) -> RouteTemplate | None:
     """The newest active version of a template (the files are loaded on first use)."""
-    template = RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version").first()
-    if template is None and not RouteTemplate.objects.exists():
-        route_templates_sync()
-        template = (
-            RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version").first()
-        )
+    newest = RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version")
+    template = newest.first()
+    if template is None:
+        route_templates_ensure_loaded()
+        template = newest.first()
     return template

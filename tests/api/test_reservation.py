@@ -1,13 +1,6 @@
 """The movement shows the reservation it holds against its hardcap (reservations app)."""
 
-import pytest
-
-from movements.api.selectors import has_reservation_relation
 from tests.api.conftest import movement_url, post_json
-
-pytestmark = pytest.mark.skipif(
-    not has_reservation_relation(), reason="needs reservations.Reservation (issue 3)"
-)
 
 
 def test_a_created_movement_shows_its_held_reservation(created, integration_client):

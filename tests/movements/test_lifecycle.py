@@ -49,10 +49,10 @@ def request_events(request):
 
 
 def test_a_valid_request_is_received_validated_and_waits_for_approval(make_movement):
-    request = make_movement("cex_to_cex", amount="1234.567890123456789")
+    request = make_movement("cex_to_cex", amount="1234.56789012345")
 
     assert request.request_state == RS.PENDING_APPROVAL
-    assert request.amount == Decimal("1234.567890123456789")
+    assert request.amount == Decimal("1234.56789012345")
     assert request_events(request) == [
         ("", "RECEIVED"),
         ("RECEIVED", "VALIDATED"),
@@ -474,3 +474,15 @@ def test_a_hardcap_refusal_keeps_its_figures_as_evidence_on_the_failed_request(m
         "50",
         "80",
     )
+
+
+def test_an_amount_sqlite_would_round_is_refused_there_and_kept_exactly_on_postgres(
+    make_movement, settings
+):
+    precise = "1234567890.1234567"  # 17 significant digits
+    if settings.DB_IS_POSTGRES:
+        assert make_movement(amount=precise).amount == Decimal(precise)
+    else:
+        with pytest.raises(InvalidInput, match="stores 15 exactly"):
+            make_movement(amount=precise)
+        assert not MovementRequest.objects.exists()
