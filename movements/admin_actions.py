@@ -29,7 +29,6 @@ from movements.services import (
 from movements.services.lifecycle import UNKNOWN_OUTCOMES
 from movements.states import (
     IN_FLIGHT_NODE_STATES,
-    RUNNING_NODE_STATES,
     TERMINAL_REQUEST_STATES,
     NodeState,
     RequestState,
@@ -231,7 +230,7 @@ ACTIONS: dict[str, MovementAction] = {
             what_happens="The movement is marked COMPLETED on your word and its reservation is "
             "consumed. Steps that have not started are cancelled.",
             is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *RUNNING_NODE_STATES)
+                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
             ),
             perform=intervention_force_complete,
             form_class=ReasonForm,
@@ -244,7 +243,7 @@ ACTIONS: dict[str, MovementAction] = {
             what_happens="The movement is marked FAILED on your word. Steps that have not "
             "started are cancelled.",
             is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *RUNNING_NODE_STATES)
+                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
             ),
             perform=intervention_force_fail,
             form_class=ReasonForm,

@@ -159,11 +159,8 @@ def test_each_state_offers_exactly_its_legal_actions_to_a_supervisor(
     assert offered(page(client, make_movement())) == {"approve", "reject"}
     assert offered(page(client, executing())) == {"cancel"}
     assert offered(page(client, waiting_at_gate())) == {"resume_gate", "cancel"}
-    assert offered(page(client, intervention_unknown())) == {
-        "resolve_unknown",
-        "force_complete",
-        "force_fail",
-    }
+    # Forcing around an UNKNOWN node is refused: its outcome is resolved with evidence first.
+    assert offered(page(client, intervention_unknown())) == {"resolve_unknown"}
     assert offered(page(client, intervention_failed())) == {
         "intervention_retry",
         "force_complete",
