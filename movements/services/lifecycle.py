@@ -654,6 +654,14 @@ def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: A
             f"cannot force while {', '.join(running)} is still running",
             details={"current_state": request.request_state, "running_nodes": running},
         )
+    # An UNKNOWN node may have moved money: its outcome is settled with evidence (resolve),
+    # not overridden by ending the request around it while recovery still reconciles it.
+    unknown = [n.node_key for n in nodes if n.node_state == NodeState.UNKNOWN]
+    if unknown:
+        raise ActionRefused(
+            f"cannot force while {', '.join(unknown)} is UNKNOWN: resolve it with evidence first",
+            details={"current_state": request.request_state, "unknown_nodes": unknown},
+        )
     request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
     _cancel_waiting_nodes(request, nodes, actor, reason)
     set_request_state(

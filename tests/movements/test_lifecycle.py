@@ -486,3 +486,15 @@ def test_an_amount_sqlite_would_round_is_refused_there_and_kept_exactly_on_postg
         with pytest.raises(InvalidInput, match="stores 15 exactly"):
             make_movement(amount=precise)
         assert not MovementRequest.objects.exists()
+
+
+def test_force_is_refused_while_a_node_is_unknown(make_movement, operator):
+    request = make_movement("cex_to_cex", approve=True)
+    run_node(request, "withdraw", NS.COMPLETED)
+    request = run_node(request, "withdraw_observe", NS.UNKNOWN)
+    assert request.request_state == RS.MANUAL_INTERVENTION
+
+    with pytest.raises(ActionRefused, match="withdraw_observe is UNKNOWN"):
+        intervention_force_fail(request=request, actor=Actor.for_user(operator), reason="x")
+    request.refresh_from_db()
+    assert request.request_state == RS.MANUAL_INTERVENTION

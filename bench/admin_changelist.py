@@ -1,0 +1,182 @@
+"""How fast is the operator console's movement list with 100k movements in the table?
+
+Builds a scratch database (a fresh SQLite file by default, or the EMPTY database named by
+DATABASE_URL), fills it with N movement requests (bulk_create: states, assets, templates and
+creation times spread out, three node attempts each), then times the first page of the
+changelist as an operator sees it: plain, "needs me", and a search by external reference.
+
+    python bench/admin_changelist.py            # 100000 rows on SQLite
+    python bench/admin_changelist.py --rows 20000
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/qtg_bench python bench/admin_changelist.py
+
+The rows other than the first are written directly (bulk_create), not through the services:
+this measures reading, and going through the services would take an hour for 100k rows.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=7, help="timed page loads per view")
+    parser.add_argument(
+        "--sqlite", help="SQLite file to fill and keep, instead of a throw-away one"
+    )
+    parser.add_argument("--verbose", action="store_true", help="show the slowest queries")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure a database this script filled before, without refilling",
+    )
+    args = parser.parse_args()
+
+    scratch = None
+    if not os.environ.get("DATABASE_URL"):
+        scratch = tempfile.mkdtemp(prefix="qtg-bench-")
+        os.environ["QTG_SQLITE_PATH"] = args.sqlite or str(Path(scratch) / "bench.sqlite3")
+        os.environ["QTG_VAR_DIR"] = scratch
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
+    os.environ["DJANGO_DEBUG"] = "false"
+
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from movements.models import MovementRequest
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    print(f"database: {engine} ({settings.DATABASES['default']['NAME']})")
+    if MovementRequest.objects.exists():
+        if not args.reuse:
+            sys.exit("refusing to fill a database that already holds movements: use an empty one")
+        print(f"re-using {MovementRequest.objects.count():,} movements")
+    else:
+        fill(args.rows)
+    measure(args.repeat, verbose=args.verbose)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def fill(rows: int) -> None:
+    from django.contrib.auth.models import Group, User
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from movements.actors import Actor
+    from movements.models import MovementRequest, MovementRequestNode
+    from movements.permissions import OPERATORS, ensure_operator_groups
+    from movements.services import movement_create
+    from movements.states import NodeState, RequestState
+
+    ensure_operator_groups()
+    creator = User.objects.create_user("bench-creator")
+    operator = User.objects.create_user("bench-operator", is_staff=True)
+    operator.groups.add(Group.objects.get(name=OPERATORS))
+    template = movement_create(
+        template="cex_to_cex",
+        asset="USDC",
+        amount="1",
+        source="sandbox-exchange-a",
+        destination="sandbox-exchange-b",
+        actor=Actor.for_user(creator),
+    )
+    plan_nodes = list(template.plan_nodes.order_by("position"))
+    states = list(RequestState)
+    assets = ["USDC", "USDT", "ETH", "BTC", "SOL"]
+    now = timezone.now()
+    started = time.perf_counter()
+    batch = 5_000
+    for offset in range(0, rows, batch):
+        requests = [
+            MovementRequest(
+                template=template.template,
+                template_key="cex_to_cex",
+                template_version=1,
+                asset=assets[i % len(assets)],
+                amount=Decimal(100 + i % 9_000) / 4,
+                source="sandbox-exchange-a",
+                destination="sandbox-exchange-b",
+                created_by=creator,
+                request_state=states[i % len(states)],
+                idempotency_key=f"bench-{i}",
+                created_at=now - timedelta(seconds=30 * i),
+                state_changed_at=now - timedelta(seconds=30 * i),
+                current_frontier=["withdraw"],
+            )
+            for i in range(offset, min(offset + batch, rows))
+        ]
+        with transaction.atomic():
+            MovementRequest.objects.bulk_create(requests)
+            MovementRequestNode.objects.bulk_create(
+                MovementRequestNode(
+                    request=request,
+                    plan_node=plan_node,
+                    node_key=plan_node.key,
+                    kind=plan_node.kind,
+                    executor=plan_node.executor,
+                    node_state=NodeState.BLOCKED,
+                    external_ref=f"WD-{request.idempotency_key}" if plan_node.position == 0 else "",
+                )
+                for request in requests
+                for plan_node in plan_nodes
+            )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # what autovacuum would do after a load this size
+    print(
+        f"filled {rows:,} movements ({rows * len(plan_nodes):,} node attempts) "
+        f"in {time.perf_counter() - started:.1f}s"
+    )
+
+
+def measure(repeat: int, verbose: bool = False) -> None:
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from django.urls import reverse
+
+    client = Client()
+    client.force_login(User.objects.get(username="bench-operator"))
+    url = reverse("admin:movements_movementrequest_changelist")
+    views = {
+        "first page": url,
+        "needs me": url + "?state=needs_me",
+        "search by external ref": url + "?q=WD-bench-77777",
+    }
+    for label, target in views.items():
+        timings = []
+        for _ in range(repeat + 1):  # the first load warms caches and is not counted
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                response = client.get(target)
+                timings.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.status_code
+        timed = timings[1:]
+        print(
+            f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
+            f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
+            f"{len(queries)} queries"
+        )
+        if verbose:
+            slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:3]
+            for query in slowest:
+                print(f"{'':>26}{float(query['time']) * 1000:6.1f} ms  {query['sql'][:110]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,610 @@
+"""The operator console: movement requests in the Django admin.
+
+Nothing here writes state. The movement page and the list are read-only; every change is an
+action (``movements.admin_actions``) that calls a service, after a confirmation page, and the
+service authorises and refuses. The console only hides what is illegal now or not permitted.
+"""
+
+import json
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
+from django.db.models.functions import Cast
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.timesince import timesince
+
+from callbacks.models import Delivery
+from movements.actors import Actor
+from movements.admin_actions import ACTIONS, ReasonForm, available_actions
+from movements.admin_filters import (
+    AssetFilter,
+    CreatedRangeFilter,
+    StateFilter,
+    TemplateFilter,
+)
+from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
+from movements.exceptions import QTGError
+from movements.models import (
+    MovementEvent,
+    MovementRequest,
+    MovementRequestNode,
+    RouteTemplate,
+)
+from movements.selectors import current_nodes
+from movements.services import movement_approve, movement_reject
+from movements.states import ATTENTION_REQUEST_STATES, RequestState
+from reservations.models import Reservation
+
+# A bulk action acts on at most this many movements at once (each is its own transaction).
+BULK_LIMIT = 500
+
+
+def _badge(state: str, colours: dict[str, tuple[str, str]]) -> str:
+    background, colour = colours.get(state, ("#f1f5f9", "#334155"))
+    return format_html(
+        '<span class="qtg-badge" style="background:{};color:{};border-color:{}">{}</span>',
+        background,
+        colour,
+        colour,
+        state,
+    )
+
+
+def request_state_badge(state: str) -> str:
+    return _badge(state, REQUEST_COLOURS)
+
+
+def node_state_badge(state: str) -> str:
+    return _badge(state, NODE_COLOURS)
+
+
+def format_amount(amount: Decimal) -> str:
+    return format(amount.normalize(), ",f") if amount is not None else ""
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """An audit inline: no add, no change, no delete; visible to whoever may view the movement."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("movements.view_movementrequest")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class NodeInline(ReadOnlyInline):
+    model = MovementRequestNode
+    verbose_name = "node attempt"
+    verbose_name_plural = "Nodes (every attempt, in plan order)"
+    fields = readonly_fields = (
+        "node_key",
+        "kind",
+        "state",
+        "attempt",
+        "is_current",
+        "external_ref",
+        "last_error",
+        "lease",
+        "next_attempt_at",
+        "state_changed_at",
+    )
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("plan_node")
+            .order_by("plan_node__position", "attempt")
+        )
+
+    @admin.display(description="state")
+    def state(self, obj):
+        return node_state_badge(obj.node_state)
+
+    @admin.display(description="lease")
+    def lease(self, obj):
+        if not obj.lease_owner:
+            return "—"
+        return f"{obj.lease_owner} until {obj.lease_expires_at:%Y-%m-%d %H:%M:%S}"
+
+
+class EventInline(ReadOnlyInline):
+    model = MovementEvent
+    verbose_name = "event"
+    verbose_name_plural = "Events (newest first)"
+    fields = readonly_fields = ("created_at", "subject", "transition", "kind", "actor", "evidence")
+
+    def get_queryset(self, request):
+        usernames = (
+            get_user_model()
+            .objects.annotate(pk_text=Cast("pk", CharField()))
+            .filter(pk_text=OuterRef("actor_id"))
+            .values("username")[:1]
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(actor_username=Subquery(usernames))
+            .order_by("-created_at", "-id")
+        )
+
+    @admin.display(description="subject")
+    def subject(self, obj):
+        return obj.node_key or "request"
+
+    @admin.display(description="transition")
+    def transition(self, obj):
+        if not obj.new_state:
+            return "—"
+        return format_html("{} → <b>{}</b>", obj.old_state or "·", obj.new_state)
+
+    @admin.display(description="actor")
+    def actor(self, obj):
+        if obj.actor_type == "user" and obj.actor_username:
+            return f"user:{obj.actor_username}"
+        return f"{obj.actor_type}:{obj.actor_id}"
+
+    @admin.display(description="detail / evidence")
+    def evidence(self, obj):
+        if not obj.detail:
+            return "—"
+        text = json.dumps(obj.detail, indent=1, sort_keys=True, cls=DjangoJSONEncoder)
+        return format_html('<pre class="qtg-evidence">{}</pre>', text)
+
+
+class DeliveryInline(ReadOnlyInline):
+    """The webhook deliveries this movement caused (the callbacks app's outbox)."""
+
+    model = Delivery
+    fk_name = "request"
+    verbose_name = "callback delivery"
+    verbose_name_plural = "Callback deliveries (newest first)"
+    show_change_link = True  # redeliver lives on the delivery's own page
+    fields = readonly_fields = (
+        "created_at",
+        "event_type",
+        "subscription",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "next_attempt_at",
+        "delivered_at",
+    )
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("subscription")
+            .order_by("-created_at", "-pk")
+        )
+
+
+def reservation_of(movement: MovementRequest) -> Reservation | None:
+    """The movement's reservation (none when validation refused it before the hold)."""
+    try:
+        return movement.reservation
+    except Reservation.DoesNotExist:
+        return None
+
+
+class MovementChangeList(ChangeList):
+    def apply_select_related(self, qs):
+        # The row actions need each movement's live nodes: one query for the whole page.
+        return (
+            super()
+            .apply_select_related(qs)
+            .prefetch_related(
+                Prefetch(
+                    "nodes",
+                    queryset=MovementRequestNode.objects.current().order_by("pk"),
+                    to_attr="live_nodes",
+                )
+            )
+        )
+
+
+@admin.register(MovementRequest)
+class MovementRequestAdmin(admin.ModelAdmin):
+    list_display_links = ("short_id",)
+    list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
+    list_select_related = ("created_by",)
+    list_per_page = 50
+    show_full_result_count = False
+    search_fields = ("idempotency_key",)
+    search_help_text = (
+        "Movement id (or its first 8 characters), idempotency key, or a node's external "
+        "reference (txid / withdrawal id)."
+    )
+    ordering = ("-created_at",)
+    actions = ("approve_selected", "reject_selected")
+    inlines = (NodeInline, EventInline, DeliveryInline)
+    readonly_fields = ("amount_display",)
+    fieldsets = (
+        (
+            "Movement",
+            {
+                "fields": (
+                    "id",
+                    "template_key",
+                    "template_version",
+                    "asset",
+                    "amount_display",
+                    "source",
+                    "destination",
+                    "params",
+                    "idempotency_key",
+                )
+            },
+        ),
+        (
+            "Approval",
+            {
+                "fields": (
+                    "created_by",
+                    "created_at",
+                    "approved_by",
+                    "approved_at",
+                    "expires_at",
+                )
+            },
+        ),
+        (
+            "State",
+            {
+                "fields": (
+                    "request_state",
+                    "state_changed_at",
+                    "current_frontier",
+                    "failure_reason",
+                    "updated_at",
+                )
+            },
+        ),
+    )
+
+    # --- the list ---------------------------------------------------------------------------
+
+    def get_changelist(self, request, **kwargs):
+        return MovementChangeList
+
+    def get_list_display(self, request):
+        user = request.user
+
+        @admin.display(description="actions")
+        def row_actions(obj):
+            nodes = getattr(obj, "live_nodes", None)
+            if nodes is None:
+                nodes = current_nodes(obj)
+            return format_html_join(
+                " ",
+                '<a class="button qtg-action{}" href="{}">{}</a>',
+                (
+                    (" qtg-danger" if a.dangerous else "", self._action_url(obj, a.name), a.label)
+                    for a in available_actions(obj, nodes, user)
+                ),
+            )
+
+        return (
+            "short_id",
+            "state_badge",
+            row_actions,
+            "amount_display",
+            "asset",
+            "template_key",
+            "created_by",
+            "age",
+            "frontier",
+        )
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj):
+        return obj.short_id
+
+    @admin.display(description="state", ordering="request_state")
+    def state_badge(self, obj):
+        return request_state_badge(obj.request_state)
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_display(self, obj):
+        return format_amount(obj.amount)
+
+    @admin.display(description="age", ordering="-created_at")
+    def age(self, obj):
+        return timesince(obj.created_at, timezone.now()).split(",")[0]
+
+    @admin.display(description="frontier")
+    def frontier(self, obj):
+        return ", ".join(obj.current_frontier or []) or "—"
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        match = Q(idempotency_key=term) | Q(
+            pk__in=MovementRequestNode.objects.filter(external_ref=term).values("request_id")
+        )
+        try:
+            match |= Q(pk=uuid.UUID(term))
+        except ValueError:
+            compact = term.replace("-", "")
+            if 8 <= len(compact) < 32 and all(c in "0123456789abcdefABCDEF" for c in compact):
+                match |= Q(pk__istartswith=term)
+        return queryset.filter(match), False
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {
+            **(extra_context or {}),
+            "needs_me_count": MovementRequest.objects.filter(
+                request_state__in=sorted(ATTENTION_REQUEST_STATES)
+            ).count(),
+            "needs_me_query": "?state=needs_me",
+        }
+        return super().changelist_view(request, extra_context)
+
+    # --- the movement page ------------------------------------------------------------------
+
+    def has_add_permission(self, request):
+        return False  # movements are created through the API or the services
+
+    def has_change_permission(self, request, obj=None):
+        return False  # state changes only through the actions
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # money movements are never deleted
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, unquote(object_id))
+        if obj is not None and self.has_view_permission(request, obj):
+            extra_context = {**(extra_context or {}), **self._page_context(request, obj)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def _page_context(self, request, obj: MovementRequest) -> dict[str, Any]:
+        nodes = current_nodes(obj)
+        user = request.user
+        actions = [
+            {"action": a, "url": self._action_url(obj, a.name)}
+            for a in available_actions(obj, nodes, user)
+        ]
+        now = timezone.now()
+        reservation = reservation_of(obj)
+        return {
+            "reservation": reservation
+            and {
+                "state": reservation.state,
+                "amount": format_amount(reservation.amount),
+                "asset": reservation.asset,
+            },
+            "subtitle": f"{obj.short_id} · {obj.template_key} · {format_amount(obj.amount)} "
+            f"{obj.asset}",
+            "movement": obj,
+            "state_badge": request_state_badge(obj.request_state),
+            "amount_display": format_amount(obj.amount),
+            "movement_actions": actions,
+            "four_eyes_blocked": (
+                obj.request_state == RequestState.PENDING_APPROVAL
+                and obj.created_by_id == user.pk
+                and user.has_perm("movements.approve_movement")
+            ),
+            "approval_open": obj.expires_at is None or obj.expires_at > now,
+            "graph": plan_graph(obj, nodes),
+            "node_count": len(nodes),
+        }
+
+    def _action_url(self, obj, name: str) -> str:
+        return reverse(
+            f"{self.admin_site.name}:movements_movementrequest_action",
+            args=[quote(obj.pk), name],
+        )
+
+    def _change_url(self, obj) -> str:
+        return reverse(
+            f"{self.admin_site.name}:movements_movementrequest_change", args=[quote(obj.pk)]
+        )
+
+    # --- one action on one movement ---------------------------------------------------------
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/action/<slug:action_name>/",
+                self.admin_site.admin_view(self.action_view),
+                name="movements_movementrequest_action",
+            ),
+            *super().get_urls(),
+        ]
+
+    def action_view(self, request, object_id, action_name):
+        """GET: the confirmation page (with a form when input is needed). POST: call the
+        service; its refusal (permission, four-eyes, stale or illegal) becomes an error
+        message and nothing changes."""
+        action = ACTIONS.get(action_name)
+        if action is None:
+            raise Http404(f"no action {action_name!r}")
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        nodes = current_nodes(obj)
+        if request.method == "POST":
+            form = action.form(request.POST, nodes, posted=True)
+            if form is None or form.is_valid():
+                data = form.cleaned_data if form is not None else {}
+                try:
+                    updated = action.run(request=obj, user=request.user, data=data)
+                except QTGError as exc:
+                    self.message_user(
+                        request, f"{action.label} refused: {exc.message}", messages.ERROR
+                    )
+                else:
+                    self.message_user(
+                        request,
+                        f"{action.label}: movement {obj.short_id} is now {updated.request_state}.",
+                        messages.SUCCESS,
+                    )
+                return HttpResponseRedirect(self._change_url(obj))
+        else:
+            if not action.is_available(obj, nodes, request.user):
+                self.message_user(
+                    request, self._unavailable(action, obj, nodes, request.user), messages.ERROR
+                )
+                return HttpResponseRedirect(self._change_url(obj))
+            form = action.form(None, nodes, posted=False)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{action.label}: are you sure?",
+            "movement": obj,
+            "action": action,
+            "form": form,
+            "state_badge": request_state_badge(obj.request_state),
+            "amount_display": format_amount(obj.amount),
+            "change_url": self._change_url(obj),
+        }
+        return TemplateResponse(
+            request, "admin/movements/movementrequest/action_confirm.html", context
+        )
+
+    @staticmethod
+    def _unavailable(action, obj, nodes, user) -> str:
+        if not user.has_perm(action.perm):
+            return f"{action.label}: you do not have the permission {action.perm}."
+        if action.is_legal(obj, nodes):  # legal, permitted, and still not offered: four-eyes
+            return f"{action.label}: four-eyes — you created this movement."
+        return f"{action.label} is not possible now: the movement is {obj.request_state}."
+
+    # --- bulk approve / reject from the list --------------------------------------------------
+
+    def has_approve_permission(self, request):
+        return request.user.has_perm("movements.approve_movement")
+
+    def has_reject_permission(self, request):
+        return request.user.has_perm("movements.reject_movement")
+
+    @admin.action(description="Approve selected movements…", permissions=["approve"])
+    def approve_selected(self, request, queryset):
+        return self._bulk(request, queryset, kind="approve")
+
+    @admin.action(description="Reject selected movements…", permissions=["reject"])
+    def reject_selected(self, request, queryset):
+        return self._bulk(request, queryset, kind="reject")
+
+    def _bulk(self, request, queryset, *, kind: str):
+        pks = list(queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1])
+        if len(pks) > BULK_LIMIT:
+            self.message_user(
+                request,
+                f"Select at most {BULK_LIMIT} movements for a bulk {kind}.",
+                messages.ERROR,
+            )
+            return None
+        confirmed = request.POST.get("post") == "yes"
+        form = ReasonForm(request.POST if confirmed else None)
+        if confirmed and kind == "approve":
+            return self._bulk_perform(request, pks, kind=kind, reason="")
+        if confirmed and form.is_valid():
+            return self._bulk_perform(request, pks, kind=kind, reason=form.cleaned_data["reason"])
+        rows = list(
+            MovementRequest.objects.filter(pk__in=pks)
+            .select_related("created_by")
+            .order_by("-created_at")
+        )
+        eligible, skipped = [], []
+        for row in rows:
+            if row.request_state != RequestState.PENDING_APPROVAL:
+                skipped.append((row, f"it is {row.request_state}"))
+            elif kind == "approve" and row.created_by_id == request.user.pk:
+                skipped.append((row, "four-eyes: you created it"))
+            else:
+                eligible.append(row)
+        totals: dict[str, Decimal] = {}
+        for row in eligible:
+            totals[row.asset] = totals.get(row.asset, Decimal(0)) + row.amount
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{kind.capitalize()} {len(eligible)} movements: are you sure?",
+            "kind": kind,
+            "action_name": f"{kind}_selected",
+            "selected": pks,
+            "eligible": [(row, format_amount(row.amount)) for row in eligible],
+            "skipped": [(row, format_amount(row.amount), why) for row, why in skipped],
+            "totals": [(asset, format_amount(total)) for asset, total in sorted(totals.items())],
+            "form": form if kind == "reject" else None,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(
+            request, "admin/movements/movementrequest/bulk_confirm.html", context
+        )
+
+    def _bulk_perform(self, request, pks: list, *, kind: str, reason: str) -> None:
+        actor = Actor.for_user(request.user)
+        done, refused = 0, []
+        for pk in pks:
+            try:
+                if kind == "approve":
+                    movement_approve(request=pk, actor=actor)
+                else:
+                    movement_reject(request=pk, actor=actor, reason=reason)
+                done += 1
+            except QTGError as exc:
+                refused.append(f"{str(pk)[:8]}: {exc.message}")
+        verb = "Approved" if kind == "approve" else "Rejected"
+        if done:
+            self.message_user(request, f"{verb} {done} movement(s).", messages.SUCCESS)
+        if refused:
+            shown = "; ".join(refused[:10]) + (" …" if len(refused) > 10 else "")
+            self.message_user(request, f"{len(refused)} refused — {shown}", messages.ERROR)
+        return None
+
+
+@admin.register(RouteTemplate)
+class RouteTemplateAdmin(admin.ModelAdmin):
+    list_display = ("key", "version", "name", "is_active", "loaded_at", "checksum")
+    list_filter = ("key", "is_active")
+    readonly_fields = (
+        "key",
+        "version",
+        "checksum",
+        "name",
+        "description",
+        "definition",
+        "source_path",
+        "is_active",
+        "loaded_at",
+    )
+
+    def has_add_permission(self, request):
+        return False  # templates are reviewed files, loaded by route_templates_sync
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

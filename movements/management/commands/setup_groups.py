@@ -1,0 +1,17 @@
+"""Create the operator console's groups: operators and supervisors (idempotent)."""
+
+from django.core.management.base import BaseCommand
+
+from movements.permissions import GROUP_PERMISSIONS, ensure_operator_groups
+
+
+class Command(BaseCommand):
+    help = "Create or update the 'operators' and 'supervisors' groups and their permissions."
+
+    def handle(self, *args, **options):
+        groups = ensure_operator_groups()
+        for name, group in groups.items():
+            self.stdout.write(
+                f"{name}: {group.permissions.count()} permissions "
+                f"({', '.join(p.split('.', 1)[1] for p in GROUP_PERMISSIONS[name])})"
+            )

@@ -1,0 +1,74 @@
+"""Who may do what in the operator console: the operator and supervisor groups.
+
+The custom permissions themselves are declared on ``MovementRequest.Meta.permissions``; the
+services check them (authorisation lives there). This module only says which group holds which
+permission, so ``setup_groups`` and the demo seed create the same groups.
+"""
+
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+
+OPERATORS = "operators"
+SUPERVISORS = "supervisors"
+
+# Read access to everything the movement page shows or links to.
+VIEW_PERMISSIONS = (
+    "movements.view_movementrequest",
+    "movements.view_movementrequestnode",
+    "movements.view_movementevent",
+    "movements.view_routetemplate",
+    "reservations.view_reservation",
+    "reservations.view_hardcap",
+    "callbacks.view_delivery",
+    "callbacks.view_subscription",
+)
+
+OPERATOR_PERMISSIONS = (
+    *VIEW_PERMISSIONS,
+    "movements.approve_movement",
+    "movements.reject_movement",
+    "movements.resume_manual_gate",
+    "movements.cancel_movement",
+)
+
+SUPERVISOR_PERMISSIONS = (
+    *OPERATOR_PERMISSIONS,
+    "movements.resolve_unknown_node",
+    "movements.resume_intervention",
+    "movements.retry_node",
+    "movements.force_complete_movement",
+    "movements.force_fail_movement",
+    "callbacks.redeliver_delivery",
+    "reservations.settle_reservation",
+)
+
+GROUP_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    OPERATORS: OPERATOR_PERMISSIONS,
+    SUPERVISORS: SUPERVISOR_PERMISSIONS,
+}
+
+
+def _permissions(names: tuple[str, ...]) -> list[Permission]:
+    wanted = {tuple(name.split(".", 1)) for name in names}
+    found = {
+        (p.content_type.app_label, p.codename): p
+        for p in Permission.objects.select_related("content_type").filter(
+            codename__in=[codename for _, codename in wanted]
+        )
+    }
+    missing = sorted(f"{app}.{codename}" for app, codename in wanted - found.keys())
+    if missing:
+        raise LookupError(f"permissions missing (run migrate first): {', '.join(missing)}")
+    return [found[key] for key in sorted(wanted)]
+
+
+@transaction.atomic
+def ensure_operator_groups() -> dict[str, Group]:
+    """Create or update the operators and supervisors groups so each holds exactly its
+    permissions (idempotent: running it again changes nothing)."""
+    groups = {}
+    for name, perms in GROUP_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.set(_permissions(perms))
+        groups[name] = group
+    return groups

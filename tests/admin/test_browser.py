@@ -1,0 +1,189 @@
+"""The operator console in a real headless Chromium (Debian's chromium, driven by Playwright).
+
+Screenshots go to artifacts/ and their paths are printed, for CI to keep.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from movements.models import MovementRequest
+from movements.states import NodeState, RequestState
+from tests.admin.conftest import TO_COMPLETED, drive
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # the browser test is optional where playwright is not installed
+    sync_playwright = None
+
+CHROMIUM = os.environ.get("QTG_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(settings.BASE_DIR) / "artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        sync_playwright is None,
+        reason="playwright is not installed (pip install playwright; CI installs it)",
+    ),
+    pytest.mark.skipif(
+        not shutil.which(CHROMIUM),
+        reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; CI installs it)",
+    ),
+]
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
+    # between browser steps are still plain synchronous calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(15_000)
+        yield page
+        browser.close()
+        # Inside Playwright's event loop the ORM keeps its connections per context, not per
+        # thread: close the ones this test opened here, or PostgreSQL cannot drop the test
+        # database at the end of the session.
+        connections.close_all()
+
+
+def screenshot(page, name: str) -> Path:
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def log_in(page, live_server, username: str) -> None:
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw-" + username)
+    page.click("input[type=submit]")
+    expect(page.locator("#user-tools")).to_contain_text(username)
+
+
+def test_an_operator_finds_a_pending_movement_approves_it_and_sees_the_event(
+    browser_page, live_server, op, make_movement
+):
+    # given a movement waiting for approval, created by someone else
+    movement = make_movement(amount="2500.00")
+    page = browser_page
+
+    # when the operator logs in, opens "needs me", opens the movement and approves it
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/")
+    page.click("#qtg-needs-me")
+    row = page.locator("#result_list tbody tr", has_text=movement.short_id)
+    expect(row).to_contain_text("PENDING_APPROVAL")
+    screenshot(page, "operator-needs-me-list")
+    row.locator("th a, td a").filter(has_text=movement.short_id).first.click()
+    expect(page.locator("#qtg-state")).to_contain_text("PENDING_APPROVAL")
+    page.click("#qtg-actions a[data-action=approve]")
+    expect(page.locator("h1")).to_contain_text("Approve")
+    page.click("#qtg-confirm")
+
+    # then the page shows the new state, the success message and the approval event
+    expect(page.locator("ul.messagelist")).to_contain_text("is now APPROVED")
+    expect(page.locator("#qtg-state")).to_contain_text("APPROVED")
+    first_event = page.locator("#events-group tbody tr").first
+    expect(first_event).to_contain_text("user:olga")
+    expect(page.locator("#events-group")).to_contain_text("PENDING_APPROVAL → APPROVED")
+    screenshot(page, "operator-approved-movement")
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.APPROVED
+    assert movement.approved_by.username == "olga"
+
+
+def test_a_supervisor_resolves_a_movement_in_manual_intervention(
+    browser_page, live_server, supervisor, intervention_unknown
+):
+    # given a movement whose withdrawal observation went UNKNOWN after the withdrawal
+    movement = intervention_unknown(amount="750.00")
+    page = browser_page
+
+    # when the supervisor resolves the UNKNOWN node as COMPLETED with evidence
+    log_in(page, live_server, "sam")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{movement.pk}/change/")
+    expect(page.locator("#qtg-state")).to_contain_text("MANUAL_INTERVENTION")
+    expect(page.locator("#qtg-graph g[data-node=withdraw_observe]")).to_have_attribute(
+        "data-state", "UNKNOWN"
+    )
+    screenshot(page, "supervisor-manual-intervention")
+    page.click("#qtg-actions a[data-action=resolve_unknown]")
+    page.select_option("#id_node_key", "withdraw_observe")
+    page.check("input[name=outcome][value=COMPLETED]")
+    page.fill("#id_evidence", "venue says withdrawal WD-123 settled, txid 0xabc")
+    page.click("#qtg-confirm")
+
+    # then the movement is executing again and the graph shows the next node ready
+    expect(page.locator("ul.messagelist")).to_contain_text("is now EXECUTING")
+    expect(page.locator("#qtg-state")).to_contain_text("EXECUTING")
+    expect(page.locator("#qtg-graph g[data-node=deposit_observe]")).to_have_attribute(
+        "data-state", "READY"
+    )
+    expect(page.locator("#events-group")).to_contain_text("UNKNOWN → COMPLETED")
+    screenshot(page, "supervisor-resolved-movement")
+    node = movement.nodes.get(node_key="withdraw_observe", is_current=True)
+    assert node.node_state == NodeState.COMPLETED
+    assert MovementRequest.objects.get(pk=movement.pk).request_state == RequestState.EXECUTING
+
+
+def test_the_plan_graph_renders_in_the_browser_with_every_outside_request_blocked(
+    browser_page, live_server, op, make_movement
+):
+    # given a split-and-join movement mid-flight: withdrawn, chain watched, exchange watching
+    movement = make_movement("split_join", approve=True, amount="125000.00")
+    drive(movement, "withdraw", *TO_COMPLETED)
+    drive(movement, "chain_observe", "OBSERVING", "COMPLETED")
+    drive(movement, "withdraw_observe", "OBSERVING")
+    page = browser_page
+    outside = []
+
+    def only_the_live_server(route):
+        if route.request.url.startswith(live_server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_live_server)
+
+    # when the operator opens the movement page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{movement.pk}/change/")
+
+    # then every node of the plan is drawn, with the frontier marked, and nothing was fetched
+    # from anywhere but QTG itself
+    for key in ("withdraw", "withdraw_observe", "chain_observe", "deposit_observe"):
+        box = page.locator(f"#qtg-graph g[data-node={key}]").bounding_box()
+        assert box and box["width"] > 100 and box["height"] > 40
+    expect(page.locator("#qtg-graph g[data-frontier]")).to_have_count(1)
+    expect(page.locator("#qtg-graph g[data-frontier]")).to_have_attribute(
+        "data-node", "withdraw_observe"
+    )
+    assert outside == []
+    path = ARTIFACTS / "movement-page.png"
+    bottom = page.locator("#qtg-graph").bounding_box()
+    height = bottom["y"] + bottom["height"] + 16
+    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 1400, "height": height})
+    print(f"screenshot: {path}")

@@ -1,0 +1,205 @@
+"""The movement page: header, plan graph, read-only nodes and events, offered actions."""
+
+import re
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from movements.models import MovementRequest, MovementRequestNode
+from movements.states import RequestState
+from tests.admin.conftest import drive
+from tests.admin.helpers import change_url, post_action
+
+
+def page(client, movement) -> str:
+    response = client.get(change_url(movement))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def offered(html: str) -> set[str]:
+    return set(re.findall(r'data-action="([a-z_]+)"', html))
+
+
+def test_the_header_shows_state_amount_approval_and_expiry(client, op, supervisor, make_movement):
+    # given a movement approved by the supervisor
+    movement = make_movement(amount="1500.25")
+    client.force_login(supervisor)
+    post_action(client, movement, "approve")
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
+    assert "1,500.25 USDC" in header
+    assert "APPROVED" in header
+    assert "by sam" in header  # approval info
+    assert "by creator" in header
+    assert "Approval window" in header and "closes" in header
+    assert "withdraw" in header  # the frontier
+
+
+def test_the_plan_graph_is_inline_svg_coloured_by_node_state_with_the_frontier_marked(
+    client, op, intervention_unknown
+):
+    # given a movement whose withdrawal completed and whose observation is UNKNOWN
+    movement = intervention_unknown()
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    # then the page carries an SVG drawn on the server, one group per plan node
+    graph = html[html.index('id="qtg-graph"') :]
+    graph = graph[: graph.index("</svg>")]
+    nodes = dict(re.findall(r'data-node="(\w+)" data-state="(\w+)"', graph))
+    assert nodes == {
+        "withdraw": "COMPLETED",
+        "withdraw_observe": "UNKNOWN",
+        "deposit_observe": "BLOCKED",
+    }
+    assert graph.count('class="qtg-edge"') == 2  # the two on_success edges
+    assert "#ea580c" in graph  # UNKNOWN's colour
+    assert "<script" not in html.split('id="qtg-graph"')[1].split("</svg>")[0]
+    assert "http://" not in graph.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_the_frontier_nodes_are_highlighted_in_the_graph(client, op, make_movement):
+    movement = make_movement("split_join", approve=True)
+    drive(movement, "withdraw", "PREPARING", "SUBMITTING", "SUBMITTED", "COMPLETED")
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    frontier = set(re.findall(r'data-node="(\w+)" data-state="\w+" data-frontier="1"', html))
+    assert frontier == {"withdraw_observe", "chain_observe"}
+
+
+def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(client, op, executing):
+    # given a withdrawal in flight, leased by a worker, with a withdrawal id
+    movement = drive(executing(), "withdraw", "PREPARING", "SUBMITTING")
+    with transaction.atomic():
+        node = MovementRequestNode.objects.select_for_update().get(
+            request=movement, node_key="withdraw"
+        )
+        node.external_ref, node.lease_owner = "WD-1001", "worker-7"
+        node.last_error = "venue slow to answer"
+        node.lease_expires_at = timezone.now()
+        node.save(update_fields=["external_ref", "lease_owner", "lease_expires_at", "last_error"])
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    nodes = html[html.index('id="nodes-group"') : html.index('id="events-group"')]
+    for text in ("SUBMITTING", "WD-1001", "worker-7 until", "venue slow to answer"):
+        assert text in nodes
+    assert not re.findall(r'<input(?![^>]*type="hidden")', nodes)
+    assert "<textarea" not in nodes
+
+
+def test_events_are_newest_first_with_actor_and_evidence_and_cannot_be_edited(
+    client, supervisor, intervention_unknown
+):
+    movement = intervention_unknown()
+    client.force_login(supervisor)
+    post_action(
+        client,
+        movement,
+        "resolve_unknown",
+        {
+            "node_key": "withdraw_observe",
+            "outcome": "COMPLETED",
+            "evidence": "txid 0xfeed confirmed",
+        },
+    )
+
+    response = client.get(change_url(movement))
+    html = response.content.decode()
+
+    events = html[html.index('id="events-group"') :]
+    transitions = re.findall(r"(\w+|·) → <b>(\w+)</b>", events)
+    assert transitions[0] == ("MANUAL_INTERVENTION", "EXECUTING")  # newest first
+    assert transitions[-1] == ("·", "RECEIVED")  # oldest last
+    assert "user:sam" in events
+    assert "txid 0xfeed confirmed" in events
+    assert "system:tests-worker" in events
+    for inline in response.context["inline_admin_formsets"]:
+        assert not inline.has_add_permission
+        assert not inline.has_change_permission
+        assert not inline.has_delete_permission
+
+
+def test_the_page_is_read_only_no_save_no_delete(client, supervisor, make_movement):
+    movement = make_movement()
+    client.force_login(supervisor)
+
+    html = page(client, movement)
+
+    assert 'name="_save"' not in html
+    assert "/delete/" not in html
+    before = movement.request_state
+    response = client.post(change_url(movement), {"request_state": "COMPLETED"})
+    movement.refresh_from_db()
+    assert response.status_code == 403
+    assert movement.request_state == before
+
+
+def test_each_state_offers_exactly_its_legal_actions_to_a_supervisor(
+    client,
+    supervisor,
+    make_movement,
+    executing,
+    waiting_at_gate,
+    intervention_unknown,
+    intervention_failed,
+    intervention_reconciled,
+):
+    client.force_login(supervisor)
+
+    assert offered(page(client, make_movement())) == {"approve", "reject"}
+    assert offered(page(client, executing())) == {"cancel"}
+    assert offered(page(client, waiting_at_gate())) == {"resume_gate", "cancel"}
+    # Forcing around an UNKNOWN node is refused: its outcome is resolved with evidence first.
+    assert offered(page(client, intervention_unknown())) == {"resolve_unknown"}
+    assert offered(page(client, intervention_failed())) == {
+        "intervention_retry",
+        "force_complete",
+        "force_fail",
+    }
+    assert offered(page(client, intervention_reconciled())) == {"intervention_resume"}
+
+
+def test_a_finished_movement_offers_nothing(client, supervisor, make_movement):
+    movement = make_movement()
+    client.force_login(supervisor)
+    post_action(client, movement, "reject", {"reason": "no"})
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.REJECTED
+
+    html = page(client, movement)
+
+    assert offered(html) == set()
+    assert "No action is open to you" in html
+
+
+def test_a_viewer_sees_the_page_but_no_actions(client, viewer, make_movement):
+    movement = make_movement()
+    client.force_login(viewer)
+
+    html = page(client, movement)
+
+    assert offered(html) == set()
+    assert 'id="qtg-graph"' in html
+
+
+def test_an_expired_approval_window_hides_approve_and_says_closed(client, op, make_movement):
+    movement = make_movement(expires_in=timedelta(seconds=1))
+    MovementRequest.objects.filter(pk=movement.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    assert offered(html) == {"reject"}
+    assert "closed" in html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
