@@ -116,7 +116,11 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
                 name="movement_idempotency_key_per_client",
             ),
         ]
-        indexes = [models.Index(fields=["request_state", "created_at"])]
+        indexes = [
+            models.Index(fields=["request_state", "created_at"]),
+            # Operators search by a client's key without knowing the client.
+            models.Index(fields=["idempotency_key"], name="movement_idempotency_key_idx"),
+        ]
         permissions = [
             ("approve_movement", "Can approve a movement"),
             ("reject_movement", "Can reject a movement"),

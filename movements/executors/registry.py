@@ -1,5 +1,6 @@
 """The registry of executors by name. Route templates may only name registered executors."""
 
+import threading
 from collections.abc import Callable
 from importlib import import_module
 from typing import Any
@@ -12,12 +13,25 @@ class ExecutorRegistry:
     def __init__(self) -> None:
         self._executors: dict[str, type] = {}
         self._loaded = False
+        self._loading = False
+        # Re-entrant: the modules being imported may look names up while they load.
+        self._lock = threading.RLock()
 
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for module in EXECUTOR_MODULES:
-                import_module(module)
+        if self._loaded:
+            return
+        # Other threads wait until every module is imported: a half-loaded registry would call
+        # a shipped executor unknown.
+        with self._lock:
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                for module in EXECUTOR_MODULES:
+                    import_module(module)
+                self._loaded = True
+            finally:
+                self._loading = False
 
     def register(self, name: str) -> Callable[[type], type]:
         def decorator(cls: type) -> type:

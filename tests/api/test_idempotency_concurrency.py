@@ -6,7 +6,6 @@ import threading
 import pytest
 from django.db import connection
 
-from movements.executors import registry
 from movements.models import MovementEvent, MovementRequest
 from tests.api.conftest import client_for, create_body, post_create
 from tests.conftest import make_user
@@ -17,10 +16,6 @@ CLIENTS = 10
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_ten_concurrent_identical_posts_create_one_movement():
-    # ExecutorRegistry._load marks itself loaded before its imports finish, so a thread racing
-    # the first load can see a partial registry (reported to the executors' owner). Load it
-    # here: this test is about idempotency, not about that race.
-    registry.names()
     user = make_user("racing-bot")
     clients = [client_for(user) for _ in range(CLIENTS)]
     start = threading.Barrier(CLIENTS)
