@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
 from callbacks.models import Delivery
+from movements import money
 from movements.actors import Actor
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
 from movements.admin_filters import (
@@ -72,7 +73,7 @@ def node_state_badge(state: str) -> str:
 
 
 def format_amount(amount: Decimal) -> str:
-    return format(amount.normalize(), ",f") if amount is not None else ""
+    return money.format_amount(amount, grouping=True) or ""
 
 
 class ReadOnlyInline(admin.TabularInline):

@@ -11,6 +11,7 @@ from django_fsm import ConcurrentTransitionMixin
 
 from movements.actors import ActorType
 from movements.fsm import state_machine_base
+from movements.money import format_amount
 from movements.states import (
     NODE_TRANSITIONS,
     REQUEST_TRANSITIONS,
@@ -134,7 +135,9 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         ]
 
     def __str__(self) -> str:
-        return f"{self.template_key} {self.amount} {self.asset} ({self.request_state})"
+        return (
+            f"{self.template_key} {format_amount(self.amount)} {self.asset} ({self.request_state})"
+        )
 
     @property
     def short_id(self) -> str:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from movements.actors import Actor
 from movements.exceptions import ActionRefused, InvalidInput, NotFound, NotPermitted, QTGError
 from movements.models import MovementRequest
+from movements.money import format_amount
 from movements.states import TERMINAL_REQUEST_STATES
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 
@@ -45,7 +46,7 @@ class ReservationRefused(QTGError):
 
 def _fmt(amount: Decimal) -> str:
     """An amount as people write it: no trailing zeros, no exponent (1000, not 1E+3)."""
-    return format(Decimal(amount).normalize(), "f")
+    return format_amount(amount)
 
 
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:

@@ -24,6 +24,7 @@ from movements.api.fields import (
 )
 from movements.api.selectors import route_templates_current
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode, NodeKind
+from movements.money import format_amount
 from movements.selectors import current_nodes
 from movements.states import RequestState
 
@@ -33,10 +34,7 @@ MAX_REASON_LENGTH = 2000
 
 def decimal_string(value: Decimal | None) -> str | None:
     """A stored amount as plain digits without trailing zeros: Decimal("100.000") -> "100"."""
-    if value is None:
-        return None
-    text = format(value, "f")  # no rounding: normalize() would round to 28 digits
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    return format_amount(value)
 
 
 # --- Errors ----------------------------------------------------------------------------------

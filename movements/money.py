@@ -1,0 +1,14 @@
+"""Money is Decimal; this is how an amount is written for people and for clients."""
+
+from decimal import Decimal
+
+
+def format_amount(amount: Decimal | str | None, *, grouping: bool = False) -> str | None:
+    """Plain digits without trailing zeros and never rounded: Decimal("100.500") -> "100.5".
+
+    (``Decimal.normalize`` would round anything past the context's 28 digits.)
+    """
+    if amount is None:
+        return None
+    text = format(Decimal(amount), ",f" if grouping else "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
