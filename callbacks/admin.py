@@ -15,6 +15,7 @@ from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscrip
 from callbacks.services import delivery_redeliver
 from movements.actors import Actor
 from movements.exceptions import QTGError
+from qtg.admin_inlines import ReadOnlyInline
 
 
 class SubscriptionForm(forms.ModelForm):
@@ -67,10 +68,9 @@ class SubscriptionAdmin(admin.ModelAdmin):
         return obj.dead_count
 
 
-class DeliveryAttemptInline(admin.TabularInline):
+class DeliveryAttemptInline(ReadOnlyInline):
     model = DeliveryAttempt
-    extra = 0
-    can_delete = False
+    view_permission = "callbacks.view_delivery"
     ordering = ("-started_at", "-id")
     fields = (
         "number",
@@ -82,19 +82,6 @@ class DeliveryAttemptInline(admin.TabularInline):
         "response_excerpt",
     )
     readonly_fields = fields
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        # Whoever may see the parent row sees its whole history.
-        return request.user.has_perm("callbacks.view_delivery")
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Delivery)

@@ -47,6 +47,7 @@ from movements.models import (
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
+from qtg.admin_inlines import ReadOnlyInline as BaseReadOnlyInline
 from reservations.models import Reservation
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
@@ -76,25 +77,10 @@ def format_amount(amount: Decimal) -> str:
     return money.format_amount(amount, grouping=True) or ""
 
 
-class ReadOnlyInline(admin.TabularInline):
-    """An audit inline: no add, no change, no delete; visible to whoever may view the movement."""
+class ReadOnlyInline(BaseReadOnlyInline):
+    """An audit inline of a movement: visible to whoever may view the movement."""
 
-    extra = 0
-    max_num = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.has_perm("movements.view_movementrequest")
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+    view_permission = "movements.view_movementrequest"
 
 
 class NodeInline(ReadOnlyInline):

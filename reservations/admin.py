@@ -11,6 +11,7 @@ from django.utils.html import format_html
 
 from movements.actors import Actor
 from movements.exceptions import QTGError
+from qtg.admin_inlines import ReadOnlyInline
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
 
@@ -55,10 +56,9 @@ class HardcapAdmin(admin.ModelAdmin):
         return hardcap_used_24h(hardcap=obj) if obj.pk else "-"
 
 
-class ReservationEventInline(admin.TabularInline):
+class ReservationEventInline(ReadOnlyInline):
     model = ReservationEvent
-    extra = 0
-    can_delete = False
+    view_permission = "reservations.view_reservation"
     ordering = ("-created_at", "-id")
     fields = (
         "created_at",
@@ -70,19 +70,6 @@ class ReservationEventInline(admin.TabularInline):
         "reason",
     )
     readonly_fields = fields
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        # Whoever may see the parent row sees its whole history.
-        return request.user.has_perm("reservations.view_reservation")
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class SettleForm(forms.Form):
