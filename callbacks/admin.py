@@ -5,7 +5,6 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
@@ -15,7 +14,7 @@ from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscrip
 from callbacks.services import delivery_redeliver
 from movements.actors import Actor
 from movements.exceptions import QTGError
-from qtg.admin_inlines import ReadOnlyInline
+from qtg.admin_helpers import ReadOnlyInline, bulk_confirmation_context
 
 
 class SubscriptionForm(forms.ModelForm):
@@ -170,15 +169,13 @@ class DeliveryAdmin(admin.ModelAdmin):
             if done:
                 self.message_user(request, f"Queued {done} delivery(ies) again.", messages.SUCCESS)
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Redeliver webhook deliveries",
-            "opts": self.model._meta,
-            "deliveries": list(eligible.select_related("subscription")),
-            "skipped": queryset.count() - eligible.count(),
-            "action": request.POST.get("action"),
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "media": self.media,
-        }
+        deliveries = list(eligible.select_related("subscription"))
+        context = bulk_confirmation_context(
+            self,
+            request,
+            title="Redeliver webhook deliveries",
+            has_items=bool(deliveries),
+            deliveries=deliveries,
+            skipped=queryset.count() - len(deliveries),
+        )
         return TemplateResponse(request, "callbacks/redeliver_confirmation.html", context)

@@ -11,7 +11,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
@@ -47,7 +46,8 @@ from movements.models import (
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
-from qtg.admin_inlines import ReadOnlyInline as BaseReadOnlyInline
+from qtg.admin_helpers import ReadOnlyInline as BaseReadOnlyInline
+from qtg.admin_helpers import bulk_confirmation_context
 from reservations.models import Reservation
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
@@ -533,19 +533,21 @@ class MovementRequestAdmin(admin.ModelAdmin):
         totals: dict[str, Decimal] = {}
         for row in eligible:
             totals[row.asset] = totals.get(row.asset, Decimal(0)) + row.amount
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": f"{kind.capitalize()} {len(eligible)} movements: are you sure?",
-            "kind": kind,
-            "action_name": f"{kind}_selected",
-            "selected": pks,
-            "eligible": [(row, format_amount(row.amount)) for row in eligible],
-            "skipped": [(row, format_amount(row.amount), why) for row, why in skipped],
-            "totals": [(asset, format_amount(total)) for asset, total in sorted(totals.items())],
-            "form": form if kind == "reject" else None,
-            "action_checkbox_name": ACTION_CHECKBOX_NAME,
-        }
+        context = bulk_confirmation_context(
+            self,
+            request,
+            title=f"{kind.capitalize()} {len(eligible)} movements: are you sure?",
+            # The page always offers the form: the service refuses what cannot be done now.
+            has_items=True,
+            dangerous=kind == "reject",
+            kind=kind,
+            action=f"{kind}_selected",
+            selected=pks,
+            eligible=[(row, format_amount(row.amount)) for row in eligible],
+            skipped=[(row, format_amount(row.amount), why) for row, why in skipped],
+            totals=[(asset, format_amount(total)) for asset, total in sorted(totals.items())],
+            form=form if kind == "reject" else None,
+        )
         return TemplateResponse(
             request, "admin/movements/movementrequest/bulk_confirm.html", context
         )

@@ -4,14 +4,13 @@ operator makes is settling a HELD reservation of a finished movement, through
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from movements.actors import Actor
 from movements.exceptions import QTGError
-from qtg.admin_inlines import ReadOnlyInline
+from qtg.admin_helpers import ReadOnlyInline, bulk_confirmation_context
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
 
@@ -147,20 +146,18 @@ class ReservationAdmin(admin.ModelAdmin):
                     request, f"{verb.capitalize()}d {done} reservation(s).", messages.SUCCESS
                 )
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": f"{verb.capitalize()} held reservations",
-            "opts": self.model._meta,
-            "verb": verb,
-            "outcome": outcome,
-            "reservations": list(held.select_related("request")),
-            "skipped": queryset.count() - held.count(),
-            "form": form,
-            "action": request.POST.get("action"),
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "media": self.media,
-        }
+        reservations = list(held.select_related("request"))
+        context = bulk_confirmation_context(
+            self,
+            request,
+            title=f"{verb.capitalize()} held reservations",
+            has_items=bool(reservations),
+            verb=verb,
+            outcome=outcome,
+            reservations=reservations,
+            skipped=queryset.count() - len(reservations),
+            form=form,
+        )
         return TemplateResponse(request, "reservations/settle_confirmation.html", context)
 
     @admin.action(
