@@ -44,11 +44,6 @@ class ReservationRefused(QTGError):
     http_status = 409
 
 
-def _fmt(amount: Decimal) -> str:
-    """An amount as people write it: no trailing zeros, no exponent (1000, not 1E+3)."""
-    return format_amount(amount)
-
-
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:
     qs = Reservation.objects.filter(asset=cap.asset, state__in=states)
     if cap.source:
@@ -80,32 +75,26 @@ def hardcap_used_24h(*, hardcap: Hardcap, now=None) -> Decimal:
 
 
 def _check(cap: Hardcap, amount: Decimal, now) -> None:
+    scope = {"hardcap": cap.pk, "scope": cap.scope_label, "asked": format_amount(amount)}
     in_flight = hardcap_in_flight(hardcap=cap)
     if in_flight + amount > cap.max_in_flight:
+        figures = {"cap": format_amount(cap.max_in_flight), "in_flight": format_amount(in_flight)}
         raise ReservationRefused(
-            f"{cap} refuses {_fmt(amount)} {cap.asset}: {_fmt(in_flight)} already in flight, "
-            f"the cap is {_fmt(cap.max_in_flight)}",
-            details={
-                "hardcap": cap.pk,
-                "scope": cap.scope_label,
-                "cap": _fmt(cap.max_in_flight),
-                "in_flight": _fmt(in_flight),
-                "asked": _fmt(amount),
-            },
+            f"{cap} refuses {scope['asked']} {cap.asset}: {figures['in_flight']} already in "
+            f"flight, the cap is {figures['cap']}",
+            details={**scope, **figures},
         )
     if cap.max_per_24h is not None:
         used = hardcap_used_24h(hardcap=cap, now=now)
         if used + amount > cap.max_per_24h:
+            figures = {
+                "limit_24h": format_amount(cap.max_per_24h),
+                "used_24h": format_amount(used),
+            }
             raise ReservationRefused(
-                f"{cap} refuses {_fmt(amount)} {cap.asset}: {_fmt(used)} reserved in the last "
-                f"24 hours, the 24-hour limit is {_fmt(cap.max_per_24h)}",
-                details={
-                    "hardcap": cap.pk,
-                    "scope": cap.scope_label,
-                    "limit_24h": _fmt(cap.max_per_24h),
-                    "used_24h": _fmt(used),
-                    "asked": _fmt(amount),
-                },
+                f"{cap} refuses {scope['asked']} {cap.asset}: {figures['used_24h']} reserved in "
+                f"the last 24 hours, the 24-hour limit is {figures['limit_24h']}",
+                details={**scope, **figures},
             )
 
 
