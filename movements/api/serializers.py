@@ -4,7 +4,6 @@ The two are kept apart: input fields are strict about JSON types (see ``fields``
 fields describe the stored rows. Amounts are decimal strings both ways, never JSON numbers.
 """
 
-from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -30,11 +29,6 @@ from movements.states import RequestState
 
 MAX_EXPIRES_IN_SECONDS = 365 * 24 * 3600
 MAX_REASON_LENGTH = 2000
-
-
-def decimal_string(value: Decimal | None) -> str | None:
-    """A stored amount as plain digits without trailing zeros: Decimal("100.000") -> "100"."""
-    return format_amount(value)
 
 
 # --- Errors ----------------------------------------------------------------------------------
@@ -211,7 +205,7 @@ class MovementSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.STR)
     def get_amount(self, movement: MovementRequest) -> str:
-        return decimal_string(movement.amount)
+        return format_amount(movement.amount)
 
     def get_failure_reason(self, movement: MovementRequest) -> str | None:
         """Why the movement failed, was rejected, expired or was cancelled."""
@@ -229,7 +223,7 @@ class MovementSerializer(serializers.ModelSerializer):
             reservation = movement.reservation
         except (AttributeError, ObjectDoesNotExist):
             return None
-        return {"state": reservation.state, "amount": decimal_string(reservation.amount)}
+        return {"state": reservation.state, "amount": format_amount(reservation.amount)}
 
     @extend_schema_field(MovementNodeSerializer(many=True))
     def get_nodes(self, movement: MovementRequest) -> list[dict[str, Any]]:
