@@ -203,6 +203,9 @@ QTG_RETRY_BASE_SECONDS = float(os.environ.get("QTG_RETRY_BASE_SECONDS", "2"))
 QTG_RETRY_MAX_SECONDS = float(os.environ.get("QTG_RETRY_MAX_SECONDS", "300"))
 QTG_MAX_DISPATCHES = int(os.environ.get("QTG_MAX_DISPATCHES", "10"))
 QTG_DISPATCH_BATCH = int(os.environ.get("QTG_DISPATCH_BATCH", "50"))
+# How many due nodes one claim transaction locks and leases (one SELECT .. SKIP LOCKED); the
+# worker then runs them one after another, so keep it small next to the lease.
+QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "10"))
 QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
 
 # --- Sandbox venues and callbacks ------------------------------------------------------------

@@ -133,23 +133,30 @@ def _claimable(states: tuple, request_states: tuple, now: Any):
     )
 
 
-def _context(node: MovementRequestNode, executor: Executor) -> ExecutionContext:
+def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]]:
+    """What the executors that look upstream need: the other current nodes of their requests,
+    read with one query for the whole batch."""
+    request_ids = {node.request_id for node in nodes if get_executor(node.executor).needs_upstream}
+    upstream: dict[Any, dict[str, Upstream]] = {pk: {} for pk in request_ids}
+    if not request_ids:
+        return upstream
+    for other in (
+        MovementRequestNode.objects.current()
+        .filter(request_id__in=request_ids)
+        .select_related("plan_node")
+    ):
+        upstream[other.request_id][other.node_key] = Upstream(
+            executor=other.executor,
+            state=other.node_state,
+            external_ref=other.external_ref,
+            result=dict(other.result or {}),
+            config=dict(other.plan_node.config or {}),
+        )
+    return upstream
+
+
+def _context(node: MovementRequestNode, upstream: dict[str, Upstream]) -> ExecutionContext:
     request = node.request
-    upstream: dict[str, Upstream] = {}
-    if executor.needs_upstream:
-        for other in (
-            MovementRequestNode.objects.current()
-            .filter(request_id=node.request_id)
-            .exclude(pk=node.pk)
-            .select_related("plan_node")
-        ):
-            upstream[other.node_key] = Upstream(
-                executor=other.executor,
-                state=other.node_state,
-                external_ref=other.external_ref,
-                result=dict(other.result or {}),
-                config=dict(other.plan_node.config or {}),
-            )
     return ExecutionContext(
         request_id=str(request.pk),
         node_id=node.pk,
@@ -165,7 +172,7 @@ def _context(node: MovementRequestNode, executor: Executor) -> ExecutionContext:
         signed_payload=node.signed_payload,
         external_ref=node.external_ref,
         result=dict(node.result or {}),
-        upstream=upstream,
+        upstream={k: v for k, v in upstream.items() if k != node.node_key},
     )
 
 
@@ -176,76 +183,114 @@ def _take_lease(node: MovementRequestNode, owner: str) -> None:
     node.heartbeat_at = now
 
 
-def _make_claim(node: MovementRequestNode, owner: str) -> Claim:
-    executor = get_executor(node.executor)
-    return Claim(
-        node_id=node.pk,
-        request_id=node.request_id,
-        owner=owner,
-        state=NodeState(node.node_state),
-        kind=node.kind,
-        signing_required=node.signing_required,
-        executor=executor,
-        context=_context(node, executor),
-    )
-
-
-@transaction.atomic
-def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
-    """Claim the next due READY node of an APPROVED/EXECUTING request: READY -> PREPARING for
-    an action, READY -> OBSERVING for an observe node. The first dispatch of a request moves
-    it APPROVED -> EXECUTING. Manual gates are never dispatched (an operator releases them)."""
-    node = _claimable((NS.READY,), DISPATCH_REQUEST_STATES, as_of or timezone.now()).first()
-    if node is None:
-        return None
-    actor = _actor(owner)
-    request = node.request
-    if request.request_state == RS.APPROVED:
-        set_request_state(
-            request=request,
-            new_state=RS.EXECUTING,
-            actor=actor,
-            nodes=[],
-            detail={"first_dispatch": node.node_key},
+def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
+    upstream = _upstream(nodes)
+    return [
+        Claim(
+            node_id=node.pk,
+            request_id=node.request_id,
+            owner=owner,
+            state=NodeState(node.node_state),
+            kind=node.kind,
+            signing_required=node.signing_required,
+            executor=get_executor(node.executor),
+            context=_context(node, upstream.get(node.request_id, {})),
         )
-    _take_lease(node, owner)
-    node.dispatch_count += 1
-    node.next_attempt_at = None
-    fields = [*LEASE_FIELDS, "dispatch_count", "next_attempt_at"]
-    if node.kind == NodeKind.ACTION and not node.idempotency_key:
-        # Persisted before anything is submitted, and sent to the venue with the submit.
-        node.idempotency_key = attempt_idempotency_key(node)
-        fields.append("idempotency_key")
-    target = NS.OBSERVING if node.kind == NodeKind.OBSERVE else NS.PREPARING
-    set_node_state(
-        node=node,
-        new_state=target,
-        actor=actor,
-        update_fields=fields,
-        detail={"worker": owner, "dispatch": node.dispatch_count},
-    )
-    return _make_claim(node, owner)
+        for node in nodes
+    ]
+
+
+def _lock_batch(states: tuple, request_states: tuple, as_of: Any, limit: int) -> list:
+    """Lock up to ``limit`` due nodes (and their requests) in one statement. Nodes of the same
+    request share one request instance, so a request transition is seen by all of them."""
+    nodes = list(_claimable(states, request_states, as_of or timezone.now())[: max(1, limit)])
+    requests: dict[Any, MovementRequest] = {}
+    for node in nodes:
+        node.request = requests.setdefault(node.request_id, node.request)
+    return nodes
 
 
 @transaction.atomic
-def _claim_watched(*, owner: str, states: tuple, as_of: Any = None) -> Claim | None:
-    node = _claimable(states, WATCH_REQUEST_STATES, as_of or timezone.now()).first()
-    if node is None:
-        return None
-    _take_lease(node, owner)
-    node.save(update_fields=[*LEASE_FIELDS, "updated_at"])
-    return _make_claim(node, owner)
+def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Claim up to ``limit`` due READY nodes of APPROVED/EXECUTING requests in one transaction:
+    READY -> PREPARING for an action, READY -> OBSERVING for an observe node. The first
+    dispatch of a request moves it APPROVED -> EXECUTING. Manual gates are never dispatched
+    (an operator releases them)."""
+    nodes = _lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit)
+    actor = _actor(owner)
+    for node in nodes:
+        request = node.request
+        if request.request_state == RS.APPROVED:
+            set_request_state(
+                request=request,
+                new_state=RS.EXECUTING,
+                actor=actor,
+                nodes=[],
+                detail={"first_dispatch": node.node_key},
+            )
+        _take_lease(node, owner)
+        node.dispatch_count += 1
+        node.next_attempt_at = None
+        fields = [*LEASE_FIELDS, "dispatch_count", "next_attempt_at"]
+        if node.kind == NodeKind.ACTION and not node.idempotency_key:
+            # Persisted before anything is submitted, and sent to the venue with the submit.
+            node.idempotency_key = attempt_idempotency_key(node)
+            fields.append("idempotency_key")
+        target = NS.OBSERVING if node.kind == NodeKind.OBSERVE else NS.PREPARING
+        set_node_state(
+            node=node,
+            new_state=target,
+            actor=actor,
+            update_fields=fields,
+            detail={"worker": owner, "dispatch": node.dispatch_count},
+        )
+    return _make_claims(nodes, owner)
+
+
+def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
+    """Claim the next due READY node (see ``claim_ready_nodes``)."""
+    claims = claim_ready_nodes(owner=owner, as_of=as_of, limit=1)
+    return claims[0] if claims else None
+
+
+@transaction.atomic
+def _claim_watched(*, owner: str, states: tuple, as_of: Any, limit: int) -> list[Claim]:
+    nodes = _lock_batch(states, WATCH_REQUEST_STATES, as_of, limit)
+    if not nodes:
+        return []
+    for node in nodes:
+        _take_lease(node, owner)
+    # One lease for the whole batch, written in one statement (no state change).
+    MovementRequestNode.objects.filter(pk__in=[node.pk for node in nodes]).update(
+        lease_owner=owner,
+        lease_expires_at=nodes[0].lease_expires_at,
+        heartbeat_at=nodes[0].heartbeat_at,
+        updated_at=nodes[0].heartbeat_at,
+    )
+    return _make_claims(nodes, owner)
+
+
+def claim_observable_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Lease up to ``limit`` due SUBMITTED/OBSERVING nodes (no state change: the observer
+    does not pre-flip SUBMITTED rows, so SUBMITTED -> UNKNOWN stays a real edge)."""
+    return _claim_watched(
+        owner=owner, states=(NS.SUBMITTED, NS.OBSERVING), as_of=as_of, limit=limit
+    )
+
+
+def claim_unknown_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Lease up to ``limit`` due UNKNOWN nodes for recovery."""
+    return _claim_watched(owner=owner, states=(NS.UNKNOWN,), as_of=as_of, limit=limit)
 
 
 def claim_observable_node(*, owner: str, as_of: Any = None) -> Claim | None:
-    """Lease the next due SUBMITTED/OBSERVING node (no state change: the observer does not
-    pre-flip SUBMITTED rows, so SUBMITTED -> UNKNOWN stays a real edge)."""
-    return _claim_watched(owner=owner, states=(NS.SUBMITTED, NS.OBSERVING), as_of=as_of)
+    claims = claim_observable_nodes(owner=owner, as_of=as_of)
+    return claims[0] if claims else None
 
 
 def claim_unknown_node(*, owner: str, as_of: Any = None) -> Claim | None:
-    """Lease the next due UNKNOWN node for recovery."""
-    return _claim_watched(owner=owner, states=(NS.UNKNOWN,), as_of=as_of)
+    claims = claim_unknown_nodes(owner=owner, as_of=as_of)
+    return claims[0] if claims else None
 
 
 # --- result transactions ----------------------------------------------------------------------
@@ -600,56 +645,57 @@ def run_recover(claim: Claim) -> NodeState | None:
 # --- one step and the sweeps the periodic tasks run -------------------------------------------
 
 
-def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
-    """Claim one READY node and run it as far as it goes now; False when none is due."""
-    claim = claim_ready_node(owner=owner, as_of=as_of)
-    if claim is None:
-        return False
+def _run_dispatched(claim: Claim) -> None:
     if claim.kind == NodeKind.OBSERVE:
         run_observe(claim)
     else:
         run_action(claim)
-    return True
+
+
+def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
+    """Claim one READY node and run it as far as it goes now; False when none is due."""
+    return _sweep(claim_ready_nodes, _run_dispatched, owner=owner, limit=1, as_of=as_of) == 1
 
 
 def observe_one(*, owner: str, as_of: Any = None) -> bool:
-    claim = claim_observable_node(owner=owner, as_of=as_of)
-    if claim is None:
-        return False
-    run_observe(claim)
-    return True
+    return _sweep(claim_observable_nodes, run_observe, owner=owner, limit=1, as_of=as_of) == 1
 
 
 def recover_one(*, owner: str, as_of: Any = None) -> bool:
-    claim = claim_unknown_node(owner=owner, as_of=as_of)
-    if claim is None:
-        return False
-    run_recover(claim)
-    return True
+    return _sweep(claim_unknown_nodes, run_recover, owner=owner, limit=1, as_of=as_of) == 1
 
 
-def _drain(step, *, owner: str, limit: int) -> int:
-    """Repeat ``step`` while it finds work. Only what was due when the sweep began counts as
-    due, so a node polled again right away is left for the next sweep."""
-    done, as_of = 0, timezone.now()
-    while done < limit and step(owner=owner, as_of=as_of):
-        done += 1
+def _sweep(claim_batch, run, *, owner: str, limit: int, as_of: Any = None) -> int:
+    """Claim due nodes a batch at a time (``QTG_CLAIM_BATCH`` per claim transaction) and run
+    each, until none is left or ``limit`` ran. Only what was due when the sweep began counts
+    as due, so a node polled again right away is left for the next sweep."""
+    done, as_of = 0, as_of or timezone.now()
+    while done < limit:
+        batch = min(settings.QTG_CLAIM_BATCH, limit - done)
+        claims = claim_batch(owner=owner, as_of=as_of, limit=batch)
+        if not claims:
+            break
+        for claim in claims:
+            run(claim)
+        done += len(claims)
     return done
 
 
 def dispatch_ready_nodes(*, owner: str | None = None, limit: int = 100) -> int:
     """Dispatch due READY nodes until none is left (or ``limit``); return how many."""
-    return _drain(dispatch_one, owner=owner or worker_identity(), limit=limit)
+    return _sweep(claim_ready_nodes, _run_dispatched, owner=owner or worker_identity(), limit=limit)
 
 
 def observe_submitted_nodes(*, owner: str | None = None, limit: int = 100) -> int:
     """Observe due SUBMITTED/OBSERVING nodes once each (up to ``limit``); return how many."""
-    return _drain(observe_one, owner=owner or worker_identity(), limit=limit)
+    return _sweep(
+        claim_observable_nodes, run_observe, owner=owner or worker_identity(), limit=limit
+    )
 
 
 def recover_unknown_nodes(*, owner: str | None = None, limit: int = 100) -> int:
     """Run recovery on due UNKNOWN nodes (up to ``limit``); return how many."""
-    return _drain(recover_one, owner=owner or worker_identity(), limit=limit)
+    return _sweep(claim_unknown_nodes, run_recover, owner=owner or worker_identity(), limit=limit)
 
 
 def due_count(*, phase: str) -> int:
@@ -722,8 +768,11 @@ __all__ = [
     "LeaseLost",
     "attempt_idempotency_key",
     "claim_observable_node",
+    "claim_observable_nodes",
     "claim_ready_node",
+    "claim_ready_nodes",
     "claim_unknown_node",
+    "claim_unknown_nodes",
     "dispatch_one",
     "dispatch_ready_nodes",
     "due_count",

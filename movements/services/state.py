@@ -5,9 +5,8 @@ transaction. An illegal transition raises and writes nothing."""
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
-from django_fsm import ConcurrentTransition
 
 from movements.actors import Actor, resolve_actor
 from movements.exceptions import IllegalStateTransition, StaleState
@@ -33,7 +32,35 @@ def record_event(
     detail: dict[str, Any] | None = None,
 ) -> MovementEvent:
     """Append one audit record (evidence without a state change, unless a transition wrote it)."""
-    return MovementEvent.objects.create(
+    event = _event(request, actor, node, kind, old_state, new_state, detail)
+    columns, values = _event_row(event)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_EVENT_TABLE} ({', '.join(columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING {_EVENT_PK}",
+            values,
+        )
+        event.pk = cursor.fetchone()[0]
+    event._state.adding = False
+    return event
+
+
+# --- the write of one transition --------------------------------------------------------------
+#
+# A transition is written as one guarded UPDATE of the locked row (``WHERE id = .. AND state =
+# <the state we read>``, the optimistic check django-fsm-2's ConcurrentTransitionMixin makes)
+# and the INSERT of its audit event. On PostgreSQL both are one statement (a data-modifying
+# CTE), so a transition costs one round trip, and the event exists only if the row changed.
+# Values go through each field's own ``pre_save``/``get_db_prep_save``, exactly as ``save()``
+# would convert them; the statements are written once per field list, not compiled per call.
+
+_EVENT_TABLE = connection.ops.quote_name(MovementEvent._meta.db_table)
+_EVENT_PK = connection.ops.quote_name(MovementEvent._meta.pk.column)
+_EVENT_FIELDS = [f for f in MovementEvent._meta.concrete_fields if not f.primary_key]
+
+
+def _event(request, actor, node, kind, old_state, new_state, detail) -> MovementEvent:
+    return MovementEvent(
         request=request,
         node=node,
         node_key=node.node_key if node is not None else "",
@@ -46,13 +73,74 @@ def record_event(
     )
 
 
-def _save(instance: Any, fields: list[str]) -> None:
-    try:
-        instance.save(update_fields=fields)
-    except ConcurrentTransition:
-        # django-fsm-2 found the row's state changed since we read it: another writer won.
-        # The enclosing transaction is marked for rollback, so nothing of this change lands.
-        raise StaleState(f"{instance} was changed by someone else; reload and try again") from None
+def _event_row(event: MovementEvent) -> tuple[list[str], list[Any]]:
+    columns = [connection.ops.quote_name(f.column) for f in _EVENT_FIELDS]
+    values = [f.get_db_prep_save(f.pre_save(event, True), connection) for f in _EVENT_FIELDS]
+    return columns, values
+
+
+_SQL_CACHE: dict[tuple, tuple[str, ...]] = {}
+
+
+def _transition_sql(model: type, state_column: str, columns: tuple[str, ...]) -> tuple[str, ...]:
+    key = (model, columns)
+    sql = _SQL_CACHE.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
+        assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
+        update = f"UPDATE {table} SET {assignments} WHERE {pk} = %s AND {qn(state_column)} = %s"
+        event_columns = ", ".join(qn(f.column) for f in _EVENT_FIELDS)
+        if connection.vendor == "postgresql":
+            # Typed placeholders: INSERT .. SELECT does not infer the types of bare literals.
+            typed = ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS)
+            sql = (
+                f"WITH changed AS ({update} RETURNING 1) "
+                f"INSERT INTO {_EVENT_TABLE} ({event_columns}) SELECT {typed} FROM changed "
+                f"RETURNING {_EVENT_PK}",
+            )
+        else:
+            placeholders = ", ".join(["%s"] * len(_EVENT_FIELDS))
+            sql = (
+                update,
+                f"INSERT INTO {_EVENT_TABLE} ({event_columns}) VALUES ({placeholders}) "
+                f"RETURNING {_EVENT_PK}",
+            )
+        _SQL_CACHE[key] = sql
+    return sql
+
+
+def _write_transition(
+    instance: Any, state_field: str, old_state: str, fields: Iterable[str], event: MovementEvent
+) -> None:
+    """Save ``fields`` of ``instance`` if its row is still in ``old_state``, and insert
+    ``event``; raise StaleState (writing nothing) if another writer changed the state."""
+    meta = type(instance)._meta
+    state_column = meta.get_field(state_field).column
+    columns, values = [], []
+    for name in dict.fromkeys(fields):
+        field = meta.get_field(name)
+        columns.append(field.column)
+        values.append(field.get_db_prep_save(field.pre_save(instance, False), connection))
+    sql = _transition_sql(type(instance), state_column, tuple(columns))
+    _, event_values = _event_row(event)
+    guard = [meta.pk.get_db_prep_value(instance.pk, connection), old_state]
+    with connection.cursor() as cursor:
+        if len(sql) == 1:
+            cursor.execute(sql[0], [*values, *guard, *event_values])
+            row = cursor.fetchone()
+        else:
+            cursor.execute(sql[0], [*values, *guard])
+            row = None
+            if cursor.rowcount == 1:
+                cursor.execute(sql[1], event_values)
+                row = cursor.fetchone()
+    if row is None:
+        # Another writer moved the row since we read it. Nothing of this change was written.
+        raise StaleState(f"{instance} was changed by someone else; reload and try again")
+    event.pk = row[0]
+    event._state.adding = False
+    instance._update_initial_state()  # as django-fsm-2's save() does after a write
 
 
 def set_node_state(
@@ -85,16 +173,12 @@ def set_node_state(
     with transaction.atomic(savepoint=False):
         getattr(node, transition_method_name(target))()
         node.state_changed_at = timezone.now()
-        _save(node, ["node_state", "state_changed_at", "updated_at", *update_fields])
-        return record_event(
-            request=node.request,
-            node=node,
-            actor=actor,
-            kind=MovementEvent.Kind.TRANSITION,
-            old_state=old_state,
-            new_state=target,
-            detail=detail,
+        event = _event(
+            node.request, actor, node, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
+        fields = ["node_state", "state_changed_at", "updated_at", *update_fields]
+        _write_transition(node, "node_state", old_state, fields, event)
+        return event
 
 
 def set_request_state(
@@ -128,15 +212,10 @@ def set_request_state(
         if target == RequestState.COMPLETED:
             request.current_frontier = []
             fields.append("current_frontier")
-        _save(request, list(dict.fromkeys(fields)))
-        event = record_event(
-            request=request,
-            actor=actor,
-            kind=MovementEvent.Kind.TRANSITION,
-            old_state=old_state,
-            new_state=target,
-            detail=detail,
+        event = _event(
+            request, actor, None, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
+        _write_transition(request, "request_state", old_state, fields, event)
         if nodes is None:
             nodes = list(MovementRequestNode.objects.current().filter(request=request))
         after_request_transition(
