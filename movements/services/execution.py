@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -41,6 +42,7 @@ from movements.executors.base import (
     Executor,
     Observation,
     ObservedStatus,
+    Prepared,
     RecoveredOutcome,
     Recovery,
     Submitted,
@@ -49,7 +51,12 @@ from movements.executors.base import (
 )
 from movements.models import MovementRequest, MovementRequestNode, NodeKind
 from movements.services.progress import advance_after_completion, apply_request_state_from_nodes
-from movements.services.state import record_event, set_node_state, set_request_state
+from movements.services.state import (
+    record_event,
+    save_fields,
+    set_node_state,
+    set_request_state,
+)
 from movements.states import NodeState, RequestState
 
 logger = logging.getLogger(__name__)
@@ -294,24 +301,105 @@ def claim_unknown_node(*, owner: str, as_of: Any = None) -> Claim | None:
 
 
 # --- result transactions ----------------------------------------------------------------------
+#
+# The results of a batch of claims are applied in one transaction: the requests are locked in
+# primary-key order, then every current node of those requests (the house order, and the same
+# order in every worker, so batches never deadlock), and each result is applied to those
+# locked instances. Frontier advancement and derivation read the same instances, so two nodes
+# of one request in one batch see each other's new state. If applying any result raises, the
+# batch is rolled back and every result is applied again in a transaction of its own, so one
+# bad result never costs the others.
 
 
 class LeaseLost(Exception):
     """The node is no longer ours (reaped, or moved by someone else): drop the result."""
 
 
-def _relock(claim: Claim, expected: tuple) -> tuple[MovementRequest, MovementRequestNode]:
-    """Lock the request, then the node (house order), and check the lease is still ours."""
-    request = MovementRequest.objects.select_for_update().get(pk=claim.request_id)
-    node = (
-        MovementRequestNode.objects.select_for_update(of=("self",))
+@dataclass
+class Locked:
+    """A claimed node under its row lock, with its request and every current node of it."""
+
+    request: MovementRequest
+    node: MovementRequestNode
+    nodes: list[MovementRequestNode]
+
+
+@dataclass
+class _Result:
+    """One outcome to apply: ``apply`` runs under the lock if the lease is still ours;
+    otherwise ``outcome`` is kept as evidence of a late result."""
+
+    claim: Claim
+    phase: str
+    expected: tuple
+    apply: Callable[[Locked], Any]
+    outcome: dict[str, Any]
+    applied: bool = False
+    value: Any = None
+
+
+def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
+    request_ids = sorted({claim.request_id for claim in claims}, key=str)
+    requests = {
+        request.pk: request
+        for request in MovementRequest.objects.select_for_update()
+        .filter(pk__in=request_ids)
+        .order_by("pk")
+    }
+    nodes = list(
+        MovementRequestNode.objects.current()
+        .filter(request_id__in=request_ids)
         .select_related("plan_node")
-        .get(pk=claim.node_id)
+        .select_for_update(of=("self",))
+        .order_by("request_id", "plan_node__position", "pk")
     )
-    node.request = request
+    by_request: dict[Any, list[MovementRequestNode]] = {pk: [] for pk in requests}
+    for node in nodes:
+        node.request = requests[node.request_id]
+        by_request[node.request_id].append(node)
+    by_pk = {node.pk: node for node in nodes}
+    return {
+        claim.node_id: Locked(requests[claim.request_id], node, by_request[claim.request_id])
+        for claim in claims
+        if (node := by_pk.get(claim.node_id)) is not None
+    }
+
+
+def _lease_problem(claim: Claim, locked: Locked | None, expected: tuple) -> str | None:
+    if locked is None:
+        return f"node {claim.node_id} is no longer the current attempt"
+    node = locked.node
     if node.lease_owner != claim.owner or node.node_state not in expected:
-        raise LeaseLost(f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r}")
-    return request, node
+        return f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r}"
+    return None
+
+
+def _apply_results(results: list[_Result]) -> None:
+    """Apply ``results`` in one transaction (see above); late ones are kept as evidence."""
+    if not results:
+        return
+    late: list[tuple[_Result, str]] = []
+    try:
+        with transaction.atomic():
+            locked = _lock_claimed([result.claim for result in results])
+            for result in results:
+                target = locked.get(result.claim.node_id)
+                problem = _lease_problem(result.claim, target, result.expected)
+                if problem is not None:
+                    late.append((result, problem))
+                    continue
+                result.value = result.apply(target)
+                result.applied = True
+    except Exception:
+        if len(results) == 1:
+            raise
+        logger.exception("applying a batch of %s results failed; applying one by one", len(results))
+        for result in results:
+            result.applied, result.value = False, None
+            _apply_results([result])
+        return
+    for result, problem in late:
+        _late_result(result.claim, result.phase, result.outcome, problem)
 
 
 def _late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
@@ -343,12 +431,12 @@ def _error_detail(exc: BaseException) -> dict[str, Any]:
     return detail
 
 
-def _finish(request: MovementRequest, node: MovementRequestNode, actor: Actor) -> None:
+def _finish(locked: Locked, actor: Actor) -> None:
     """After a terminal-ish transition: advance on COMPLETED, derive the request otherwise."""
-    if node.node_state == NS.COMPLETED:
-        advance_after_completion(request, node, actor=actor)
+    if locked.node.node_state == NS.COMPLETED:
+        advance_after_completion(locked.request, locked.node, locked.nodes, actor=actor)
     else:
-        apply_request_state_from_nodes(request, actor=actor)
+        apply_request_state_from_nodes(locked.request, locked.nodes, actor=actor)
 
 
 def _move(
@@ -364,30 +452,29 @@ def _move(
     )
 
 
-def _fail_or_retry_before_submit(
-    claim: Claim, exc: BaseException, phase: str, expected: tuple
-) -> None:
+def _failed_before_submit(claim: Claim, exc: BaseException, phase: str, expected: tuple):
     """Deterministic -> FAILED; anything else before submit -> READY with backoff (or FAILED
     once the dispatch budget is spent)."""
     actor = _actor(claim.owner)
-    try:
-        with transaction.atomic():
-            request, node = _relock(claim, expected)
-            detail = {"phase": phase, **_error_detail(exc)}
-            node.last_error = detail["error"][:2000]
-            fields = [*_release_lease(node), "last_error"]
-            give_up = node.dispatch_count >= settings.QTG_MAX_DISPATCHES
-            if isinstance(exc, DeterministicError) or give_up:
-                if give_up and not isinstance(exc, DeterministicError):
-                    detail["gave_up_after_dispatches"] = node.dispatch_count
-                _move(node, NS.FAILED, actor, detail=detail, fields=fields)
-                _finish(request, node, actor)
-            else:
-                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
-                detail["retry_at"] = node.next_attempt_at.isoformat()
-                _move(node, NS.READY, actor, detail=detail, fields=[*fields, "next_attempt_at"])
-    except LeaseLost as lost:
-        _late_result(claim, phase, _error_detail(exc), str(lost))
+
+    def apply(locked: Locked) -> NodeState:
+        node = locked.node
+        detail = {"phase": phase, **_error_detail(exc)}
+        node.last_error = detail["error"][:2000]
+        fields = [*_release_lease(node), "last_error"]
+        give_up = node.dispatch_count >= settings.QTG_MAX_DISPATCHES
+        if isinstance(exc, DeterministicError) or give_up:
+            if give_up and not isinstance(exc, DeterministicError):
+                detail["gave_up_after_dispatches"] = node.dispatch_count
+            _move(node, NS.FAILED, actor, detail=detail, fields=fields)
+            _finish(locked, actor)
+            return NS.FAILED
+        node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
+        detail["retry_at"] = node.next_attempt_at.isoformat()
+        _move(node, NS.READY, actor, detail=detail, fields=[*fields, "next_attempt_at"])
+        return NS.READY
+
+    return _Result(claim, phase, expected, apply, _error_detail(exc))
 
 
 def _merge_result(node: MovementRequestNode, detail: dict[str, Any]) -> None:
@@ -395,122 +482,157 @@ def _merge_result(node: MovementRequestNode, detail: dict[str, Any]) -> None:
         node.result = {**(node.result or {}), **detail}
 
 
-def run_action(claim: Claim) -> NodeState | None:
+def _to_awaiting_signature(claim: Claim, prepared: Prepared) -> _Result:
+    actor = _actor(claim.owner)
+
+    def apply(locked: Locked) -> NodeState:
+        node = locked.node
+        _merge_result(node, prepared.detail)
+        node.lease_expires_at = _lease_until()
+        _move(
+            node,
+            NS.AWAITING_SIGNATURE,
+            actor,
+            detail=prepared.detail,
+            fields=["result", "lease_expires_at"],
+        )
+        return NS.AWAITING_SIGNATURE
+
+    return _Result(claim, "prepare", (NS.PREPARING,), apply, {"prepared": prepared.detail})
+
+
+def _to_submitting(
+    claim: Claim, signed_payload: str, expected: tuple, detail: dict[str, Any], phase: str
+) -> _Result:
+    """The signed bytes and the idempotency key are durable before anything leaves."""
+    actor = _actor(claim.owner)
+
+    def apply(locked: Locked) -> NodeState:
+        node = locked.node
+        node.signed_payload = signed_payload
+        node.lease_expires_at = _lease_until()
+        _merge_result(node, detail)
+        _move(
+            node,
+            NS.SUBMITTING,
+            actor,
+            detail={**detail, "idempotency_key": node.idempotency_key},
+            fields=["signed_payload", "lease_expires_at", "result"],
+        )
+        return NS.SUBMITTING
+
+    outcome = {"detail": detail, "signed": bool(signed_payload)}
+    return _Result(claim, phase, expected, apply, outcome)
+
+
+def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
-    READY with backoff, UNKNOWN), one executor call at a time, none inside a transaction."""
-    executor, ctx, actor = claim.executor, claim.context, _actor(claim.owner)
-    try:
-        prepared = executor.prepare(ctx)
-    except Exception as exc:
-        _fail_or_retry_before_submit(claim, exc, "prepare", (NS.PREPARING,))
-        return None
-
-    signed_payload = ctx.signed_payload
-    if claim.signing_required and not signed_payload:
+    READY with backoff, UNKNOWN) for a batch of claimed action nodes. Each executor call is
+    made with no transaction open; the batch moves through each step together, so every
+    step's results are written in one transaction. Returns each node's final state here."""
+    outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
+    failures: list[_Result] = []
+    to_sign: list[tuple[Claim, _Result]] = []
+    ready: list[tuple[Claim, str, tuple, dict[str, Any], str]] = []
+    for claim in claims:
         try:
-            with transaction.atomic():
-                _, node = _relock(claim, (NS.PREPARING,))
-                _merge_result(node, prepared.detail)
-                node.lease_expires_at = _lease_until()
-                _move(
-                    node,
-                    NS.AWAITING_SIGNATURE,
-                    actor,
-                    detail=prepared.detail,
-                    fields=["result", "lease_expires_at"],
-                )
-        except LeaseLost as lost:
-            _late_result(claim, "prepare", {"prepared": prepared.detail}, str(lost))
-            return None
-        try:
-            signed = executor.sign(ctx)
+            prepared = claim.executor.prepare(claim.context)
         except Exception as exc:
-            _fail_or_retry_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,))
-            return None
-        signed_payload, expected, detail = signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail
-        phase = "sign"
-    else:
-        expected, detail, phase = (NS.PREPARING,), dict(prepared.detail), "prepare"
-        if signed_payload:
-            detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
+            failures.append(_failed_before_submit(claim, exc, "prepare", (NS.PREPARING,)))
+            continue
+        signed_payload = claim.context.signed_payload
+        if claim.signing_required and not signed_payload:
+            to_sign.append((claim, _to_awaiting_signature(claim, prepared)))
+        else:
+            detail = dict(prepared.detail)
+            if signed_payload:
+                detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
+            ready.append((claim, signed_payload, (NS.PREPARING,), detail, "prepare"))
+    _apply_results([*failures, *(result for _, result in to_sign)])
 
-    # The signed bytes and the idempotency key are durable before anything leaves.
-    try:
-        with transaction.atomic():
-            _, node = _relock(claim, expected)
-            node.signed_payload = signed_payload
-            node.lease_expires_at = _lease_until()
-            _merge_result(node, detail)
+    failures = []
+    for claim, awaiting in to_sign:
+        if not awaiting.applied:
+            continue
+        try:
+            signed = claim.executor.sign(claim.context)
+        except Exception as exc:
+            failures.append(_failed_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,)))
+            continue
+        ready.append((claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign"))
+    submitting = [_to_submitting(*args) for args in ready]
+    _apply_results([*failures, *submitting])
+
+    submits = []
+    for (claim, signed_payload, *_), moved in zip(ready, submitting, strict=True):
+        if not moved.applied:
+            continue
+        ctx = replace(claim.context, signed_payload=signed_payload)
+        try:
+            submitted: Submitted | None = claim.executor.submit(ctx)
+            error: BaseException | None = None
+        except Exception as exc:
+            submitted, error = None, exc
+        submits.append(_submit_result(claim, submitted, error))
+    _apply_results(submits)
+    for result in [*failures, *submits]:
+        if result.applied:
+            outcome[result.claim.node_id] = result.value
+    return outcome
+
+
+def run_action(claim: Claim) -> NodeState | None:
+    """Run one claimed action node (see ``run_actions``)."""
+    return run_actions([claim])[claim.node_id]
+
+
+def _submit_result(claim: Claim, submitted: Submitted | None, error: BaseException | None):
+    actor = _actor(claim.owner)
+
+    def apply(locked: Locked) -> NodeState:
+        node = locked.node
+        fields = _release_lease(node)
+        if submitted is not None:
+            node.external_ref = submitted.external_ref
+            _merge_result(node, submitted.detail)
+            target = NS.COMPLETED if submitted.done else NS.SUBMITTED
+            if target == NS.SUBMITTED:
+                node.next_attempt_at = _poll_after(claim.executor)
+                fields.append("next_attempt_at")
             _move(
                 node,
-                NS.SUBMITTING,
+                target,
                 actor,
-                detail={**detail, "idempotency_key": node.idempotency_key},
-                fields=["signed_payload", "lease_expires_at", "result"],
+                detail={"external_ref": submitted.external_ref, **submitted.detail},
+                fields=[*fields, "external_ref", "result"],
             )
-    except LeaseLost as lost:
-        _late_result(claim, phase, {"detail": detail, "signed": bool(signed_payload)}, str(lost))
-        return None
+        else:
+            node.last_error = _error_detail(error)["error"][:2000]
+            # Deterministic: the venue refused, nothing happened. Anything else during
+            # submit is ambiguous: money may have moved, so recovery must find out.
+            target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+            node.next_attempt_at = timezone.now()
+            _move(
+                node,
+                target,
+                actor,
+                detail={
+                    "phase": "submit",
+                    "ambiguous": target == NS.UNKNOWN,
+                    **_error_detail(error),
+                },
+                fields=[*fields, "last_error", "next_attempt_at"],
+            )
+        if target != NS.SUBMITTED:
+            _finish(locked, actor)
+        return target
 
-    ctx = replace(ctx, signed_payload=signed_payload)
-    try:
-        submitted: Submitted | None = executor.submit(ctx)
-        error: BaseException | None = None
-    except Exception as exc:
-        submitted, error = None, exc
-    return _apply_submit(claim, submitted, error)
-
-
-def _apply_submit(
-    claim: Claim, submitted: Submitted | None, error: BaseException | None
-) -> NodeState | None:
-    actor = _actor(claim.owner)
-    try:
-        with transaction.atomic():
-            request, node = _relock(claim, (NS.SUBMITTING,))
-            fields = _release_lease(node)
-            if submitted is not None:
-                node.external_ref = submitted.external_ref
-                _merge_result(node, submitted.detail)
-                target = NS.COMPLETED if submitted.done else NS.SUBMITTED
-                if target == NS.SUBMITTED:
-                    node.next_attempt_at = _poll_after(claim.executor)
-                    fields.append("next_attempt_at")
-                _move(
-                    node,
-                    target,
-                    actor,
-                    detail={"external_ref": submitted.external_ref, **submitted.detail},
-                    fields=[*fields, "external_ref", "result"],
-                )
-            else:
-                node.last_error = _error_detail(error)["error"][:2000]
-                # Deterministic: the venue refused, nothing happened. Anything else during
-                # submit is ambiguous: money may have moved, so recovery must find out.
-                target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
-                node.next_attempt_at = timezone.now()
-                _move(
-                    node,
-                    target,
-                    actor,
-                    detail={
-                        "phase": "submit",
-                        "ambiguous": target == NS.UNKNOWN,
-                        **_error_detail(error),
-                    },
-                    fields=[*fields, "last_error", "next_attempt_at"],
-                )
-            if target != NS.SUBMITTED:
-                _finish(request, node, actor)
-            return target
-    except LeaseLost as lost:
-        outcome = (
-            {"external_ref": submitted.external_ref, **submitted.detail}
-            if submitted is not None
-            else _error_detail(error)
-        )
-        _late_result(claim, "submit", outcome, str(lost))
-        return None
+    outcome = (
+        {"external_ref": submitted.external_ref, **submitted.detail}
+        if submitted is not None
+        else _error_detail(error)
+    )
+    return _Result(claim, "submit", (NS.SUBMITTING,), apply, outcome)
 
 
 OBSERVED_TARGETS = {
@@ -521,70 +643,82 @@ OBSERVED_TARGETS = {
 }
 
 
-def run_observe(claim: Claim) -> NodeState | None:
-    """One observation of a SUBMITTED/OBSERVING node: COMPLETED, FAILED, UNKNOWN (ambiguous,
-    or a reorg: recorded with its evidence first), or still pending (polled again later)."""
+def _observe_result(claim: Claim) -> _Result:
+    """Observe once (no transaction open) and say how to apply what was seen: COMPLETED,
+    FAILED, UNKNOWN (ambiguous, or a reorg: recorded with its evidence first), or still
+    pending (polled again later)."""
     try:
         observation: Observation | None = claim.executor.observe(claim.context)
         error: BaseException | None = None
     except Exception as exc:
         observation, error = None, exc
     actor = _actor(claim.owner)
-    expected = (NS.SUBMITTED, NS.OBSERVING)
-    try:
-        with transaction.atomic():
-            request, node = _relock(claim, expected)
-            fields = _release_lease(node)
-            if observation is None:
-                detail = {"phase": "observe", **_error_detail(error)}
-                node.last_error = detail["error"][:2000]
-                fields.append("last_error")
-                if isinstance(error, TransientError):
-                    node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count or 1)
-                    node.save(update_fields=[*fields, "next_attempt_at", "updated_at"])
-                    return None
-                target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
-                node.next_attempt_at = timezone.now()
-                _move(node, target, actor, detail=detail, fields=[*fields, "next_attempt_at"])
-                _finish(request, node, actor)
-                return target
-            _merge_result(node, observation.detail)
-            if observation.external_ref and not node.external_ref:
-                node.external_ref = observation.external_ref
-            fields += ["result", "external_ref"]
-            target = OBSERVED_TARGETS.get(observation.status)
-            if target is None:  # still pending
-                node.next_attempt_at = _poll_after(claim.executor)
-                fields.append("next_attempt_at")
-                if node.node_state == NS.SUBMITTED:
-                    _move(node, NS.OBSERVING, actor, detail=observation.detail, fields=fields)
-                else:
-                    node.save(update_fields=[*fields, "updated_at"])
+
+    def apply(locked: Locked) -> NodeState | None:
+        request, node = locked.request, locked.node
+        fields = _release_lease(node)
+        if observation is None:
+            detail = {"phase": "observe", **_error_detail(error)}
+            node.last_error = detail["error"][:2000]
+            fields.append("last_error")
+            if isinstance(error, TransientError):
+                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count or 1)
+                save_fields(node, [*fields, "next_attempt_at"])
                 return None
-            if observation.status == ObservedStatus.REORG:
-                record_event(
-                    request=request, node=node, actor=actor, detail={"reorg": observation.detail}
-                )
-            if target == NS.UNKNOWN:
-                node.next_attempt_at = timezone.now()
-                fields.append("next_attempt_at")
-            _move(
-                node,
-                target,
-                actor,
-                detail={"observed": str(observation.status), **observation.detail},
-                fields=fields,
-            )
-            _finish(request, node, actor)
+            target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+            node.next_attempt_at = timezone.now()
+            _move(node, target, actor, detail=detail, fields=[*fields, "next_attempt_at"])
+            _finish(locked, actor)
             return target
-    except LeaseLost as lost:
-        outcome = (
-            {"status": str(observation.status), **observation.detail}
-            if observation is not None
-            else _error_detail(error)
+        _merge_result(node, observation.detail)
+        if observation.external_ref and not node.external_ref:
+            node.external_ref = observation.external_ref
+        fields += ["result", "external_ref"]
+        target = OBSERVED_TARGETS.get(observation.status)
+        if target is None:  # still pending
+            node.next_attempt_at = _poll_after(claim.executor)
+            fields.append("next_attempt_at")
+            if node.node_state == NS.SUBMITTED:
+                _move(node, NS.OBSERVING, actor, detail=observation.detail, fields=fields)
+            else:
+                save_fields(node, fields)
+            return None
+        if observation.status == ObservedStatus.REORG:
+            record_event(
+                request=request, node=node, actor=actor, detail={"reorg": observation.detail}
+            )
+        if target == NS.UNKNOWN:
+            node.next_attempt_at = timezone.now()
+            fields.append("next_attempt_at")
+        _move(
+            node,
+            target,
+            actor,
+            detail={"observed": str(observation.status), **observation.detail},
+            fields=fields,
         )
-        _late_result(claim, "observe", outcome, str(lost))
-        return None
+        _finish(locked, actor)
+        return target
+
+    outcome = (
+        {"status": str(observation.status), **observation.detail}
+        if observation is not None
+        else _error_detail(error)
+    )
+    return _Result(claim, "observe", (NS.SUBMITTED, NS.OBSERVING), apply, outcome)
+
+
+def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """One observation of each claimed SUBMITTED/OBSERVING node, the results written in one
+    transaction. Returns each node's new state (None while still pending)."""
+    results = [_observe_result(claim) for claim in claims]
+    _apply_results(results)
+    return {result.claim.node_id: result.value for result in results}
+
+
+def run_observe(claim: Claim) -> NodeState | None:
+    """Observe one claimed node (see ``run_observes``)."""
+    return run_observes([claim])[claim.node_id]
 
 
 RECOVERED_TARGETS = {
@@ -594,62 +728,73 @@ RECOVERED_TARGETS = {
 }
 
 
-def run_recover(claim: Claim) -> NodeState | None:
-    """Reconcile an UNKNOWN node with the venue: SUBMITTED, COMPLETED or FAILED on a finding;
-    any error or an unanswerable question leaves it UNKNOWN to be asked again later."""
+def _recover_result(claim: Claim) -> _Result:
+    """Ask the venue (no transaction open) and say how to apply the finding: SUBMITTED,
+    COMPLETED or FAILED; any error or an unanswerable question leaves the node UNKNOWN, to
+    be asked again later."""
     try:
         recovery: Recovery | None = claim.executor.recover(claim.context)
         error: BaseException | None = None
     except Exception as exc:
         recovery, error = None, exc
     actor = _actor(claim.owner)
-    try:
-        with transaction.atomic():
-            request, node = _relock(claim, (NS.UNKNOWN,))
-            fields = _release_lease(node)
-            target = RECOVERED_TARGETS.get(recovery.outcome) if recovery is not None else None
-            if target is None:
-                node.dispatch_count += 1
-                node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
-                fields += ["next_attempt_at", "dispatch_count"]
-                if error is not None:
-                    node.last_error = _error_detail(error)["error"][:2000]
-                    fields.append("last_error")
-                node.save(update_fields=[*fields, "updated_at"])
-                return None
-            if recovery.external_ref:
-                node.external_ref = recovery.external_ref
-            _merge_result(node, recovery.detail)
-            if target == NS.SUBMITTED:
-                node.next_attempt_at = timezone.now()
-                fields.append("next_attempt_at")
-            _move(
-                node,
-                target,
-                actor,
-                detail={"resolution": "recovery", **recovery.detail},
-                fields=[*fields, "external_ref", "result"],
-            )
-            _finish(request, node, actor)
-            return target
-    except LeaseLost as lost:
-        outcome = (
-            {"outcome": str(recovery.outcome), **recovery.detail}
-            if recovery is not None
-            else _error_detail(error)
+
+    def apply(locked: Locked) -> NodeState | None:
+        node = locked.node
+        fields = _release_lease(node)
+        target = RECOVERED_TARGETS.get(recovery.outcome) if recovery is not None else None
+        if target is None:
+            node.dispatch_count += 1
+            node.next_attempt_at = timezone.now() + _backoff(node.dispatch_count)
+            fields += ["next_attempt_at", "dispatch_count"]
+            if error is not None:
+                node.last_error = _error_detail(error)["error"][:2000]
+                fields.append("last_error")
+            save_fields(node, fields)
+            return None
+        if recovery.external_ref:
+            node.external_ref = recovery.external_ref
+        _merge_result(node, recovery.detail)
+        if target == NS.SUBMITTED:
+            node.next_attempt_at = timezone.now()
+            fields.append("next_attempt_at")
+        _move(
+            node,
+            target,
+            actor,
+            detail={"resolution": "recovery", **recovery.detail},
+            fields=[*fields, "external_ref", "result"],
         )
-        _late_result(claim, "recover", outcome, str(lost))
-        return None
+        _finish(locked, actor)
+        return target
+
+    outcome = (
+        {"outcome": str(recovery.outcome), **recovery.detail}
+        if recovery is not None
+        else _error_detail(error)
+    )
+    return _Result(claim, "recover", (NS.UNKNOWN,), apply, outcome)
+
+
+def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """Reconcile each claimed UNKNOWN node with its venue; results written in one
+    transaction."""
+    results = [_recover_result(claim) for claim in claims]
+    _apply_results(results)
+    return {result.claim.node_id: result.value for result in results}
+
+
+def run_recover(claim: Claim) -> NodeState | None:
+    """Recover one claimed node (see ``run_recovers``)."""
+    return run_recovers([claim])[claim.node_id]
 
 
 # --- one step and the sweeps the periodic tasks run -------------------------------------------
 
 
-def _run_dispatched(claim: Claim) -> None:
-    if claim.kind == NodeKind.OBSERVE:
-        run_observe(claim)
-    else:
-        run_action(claim)
+def _run_dispatched(claims: list[Claim]) -> None:
+    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE])
+    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE])
 
 
 def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
@@ -658,25 +803,25 @@ def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
 
 
 def observe_one(*, owner: str, as_of: Any = None) -> bool:
-    return _sweep(claim_observable_nodes, run_observe, owner=owner, limit=1, as_of=as_of) == 1
+    return _sweep(claim_observable_nodes, run_observes, owner=owner, limit=1, as_of=as_of) == 1
 
 
 def recover_one(*, owner: str, as_of: Any = None) -> bool:
-    return _sweep(claim_unknown_nodes, run_recover, owner=owner, limit=1, as_of=as_of) == 1
+    return _sweep(claim_unknown_nodes, run_recovers, owner=owner, limit=1, as_of=as_of) == 1
 
 
-def _sweep(claim_batch, run, *, owner: str, limit: int, as_of: Any = None) -> int:
+def _sweep(claim_batch, run_batch, *, owner: str, limit: int, as_of: Any = None) -> int:
     """Claim due nodes a batch at a time (``QTG_CLAIM_BATCH`` per claim transaction) and run
-    each, until none is left or ``limit`` ran. Only what was due when the sweep began counts
-    as due, so a node polled again right away is left for the next sweep."""
+    the batch, until none is left or ``limit`` ran. Only what was due when the sweep began
+    counts as due, so a node polled again right away is left for the next sweep."""
     done, as_of = 0, as_of or timezone.now()
     while done < limit:
-        batch = min(settings.QTG_CLAIM_BATCH, limit - done)
-        claims = claim_batch(owner=owner, as_of=as_of, limit=batch)
+        claims = claim_batch(
+            owner=owner, as_of=as_of, limit=min(settings.QTG_CLAIM_BATCH, limit - done)
+        )
         if not claims:
             break
-        for claim in claims:
-            run(claim)
+        run_batch(claims)
         done += len(claims)
     return done
 
@@ -689,13 +834,13 @@ def dispatch_ready_nodes(*, owner: str | None = None, limit: int = 100) -> int:
 def observe_submitted_nodes(*, owner: str | None = None, limit: int = 100) -> int:
     """Observe due SUBMITTED/OBSERVING nodes once each (up to ``limit``); return how many."""
     return _sweep(
-        claim_observable_nodes, run_observe, owner=owner or worker_identity(), limit=limit
+        claim_observable_nodes, run_observes, owner=owner or worker_identity(), limit=limit
     )
 
 
 def recover_unknown_nodes(*, owner: str | None = None, limit: int = 100) -> int:
     """Run recovery on due UNKNOWN nodes (up to ``limit``); return how many."""
-    return _sweep(claim_unknown_nodes, run_recover, owner=owner or worker_identity(), limit=limit)
+    return _sweep(claim_unknown_nodes, run_recovers, owner=owner or worker_identity(), limit=limit)
 
 
 def due_count(*, phase: str) -> int:
@@ -780,7 +925,10 @@ __all__ = [
     "reap_expired_leases",
     "recover_unknown_nodes",
     "run_action",
+    "run_actions",
     "run_observe",
+    "run_observes",
     "run_recover",
+    "run_recovers",
     "worker_identity",
 ]

@@ -9,7 +9,7 @@ from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
-from movements.services.state import set_node_state, set_request_state
+from movements.services.state import save_fields, set_node_state, set_request_state
 from movements.states import (
     DONE_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -178,7 +178,7 @@ def _advance(
     frontier = compute_frontier(nodes)
     if frontier != request.current_frontier:
         request.current_frontier = frontier
-        request.save(update_fields=["current_frontier", "updated_at"])
+        save_fields(request, ["current_frontier"])
     if woken:
         callback_enqueue(
             request=request,
@@ -218,7 +218,7 @@ def advance_after_completion(
         frontier = compute_frontier(nodes)
         if frontier != request.current_frontier:
             request.current_frontier = frontier
-            request.save(update_fields=["current_frontier", "updated_at"])
+            save_fields(request, ["current_frontier"])
         apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
         return
     _advance(request, successors, nodes, actor, {"completed_node": completed_node.node_key})

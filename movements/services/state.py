@@ -82,8 +82,8 @@ def _event_row(event: MovementEvent) -> tuple[list[str], list[Any]]:
 _SQL_CACHE: dict[tuple, tuple[str, ...]] = {}
 
 
-def _transition_sql(model: type, state_column: str, columns: tuple[str, ...]) -> tuple[str, ...]:
-    key = (model, columns)
+def _update_sql(model: type, state_column: str, columns: tuple[str, ...], event: bool):
+    key = (model, columns, event)
     sql = _SQL_CACHE.get(key)
     if sql is None:
         qn = connection.ops.quote_name
@@ -91,7 +91,9 @@ def _transition_sql(model: type, state_column: str, columns: tuple[str, ...]) ->
         assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
         update = f"UPDATE {table} SET {assignments} WHERE {pk} = %s AND {qn(state_column)} = %s"
         event_columns = ", ".join(qn(f.column) for f in _EVENT_FIELDS)
-        if connection.vendor == "postgresql":
+        if not event:
+            sql = (update,)
+        elif connection.vendor == "postgresql":
             # Typed placeholders: INSERT .. SELECT does not infer the types of bare literals.
             typed = ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS)
             sql = (
@@ -110,11 +112,16 @@ def _transition_sql(model: type, state_column: str, columns: tuple[str, ...]) ->
     return sql
 
 
-def _write_transition(
-    instance: Any, state_field: str, old_state: str, fields: Iterable[str], event: MovementEvent
+def _guarded_update(
+    instance: Any,
+    state_field: str,
+    read_state: str,
+    fields: Iterable[str],
+    event: MovementEvent | None,
 ) -> None:
-    """Save ``fields`` of ``instance`` if its row is still in ``old_state``, and insert
-    ``event``; raise StaleState (writing nothing) if another writer changed the state."""
+    """Save ``fields`` of ``instance`` if its row is still in ``read_state``, the state we
+    read it in (and insert ``event`` with it); raise StaleState, writing nothing, if another
+    writer changed the state."""
     meta = type(instance)._meta
     state_column = meta.get_field(state_field).column
     columns, values = [], []
@@ -122,25 +129,38 @@ def _write_transition(
         field = meta.get_field(name)
         columns.append(field.column)
         values.append(field.get_db_prep_save(field.pre_save(instance, False), connection))
-    sql = _transition_sql(type(instance), state_column, tuple(columns))
-    _, event_values = _event_row(event)
-    guard = [meta.pk.get_db_prep_value(instance.pk, connection), old_state]
+    sql = _update_sql(type(instance), state_column, tuple(columns), event is not None)
+    guard = [meta.pk.get_db_prep_value(instance.pk, connection), read_state]
+    row: Any = None
     with connection.cursor() as cursor:
-        if len(sql) == 1:
-            cursor.execute(sql[0], [*values, *guard, *event_values])
+        if event is None:
+            cursor.execute(sql[0], [*values, *guard])
+            row = () if cursor.rowcount == 1 else None
+        elif len(sql) == 1:
+            cursor.execute(sql[0], [*values, *guard, *_event_row(event)[1]])
             row = cursor.fetchone()
         else:
             cursor.execute(sql[0], [*values, *guard])
-            row = None
             if cursor.rowcount == 1:
-                cursor.execute(sql[1], event_values)
+                cursor.execute(sql[1], _event_row(event)[1])
                 row = cursor.fetchone()
     if row is None:
         # Another writer moved the row since we read it. Nothing of this change was written.
         raise StaleState(f"{instance} was changed by someone else; reload and try again")
-    event.pk = row[0]
-    event._state.adding = False
+    if event is not None:
+        event.pk = row[0]
+        event._state.adding = False
     instance._update_initial_state()  # as django-fsm-2's save() does after a write
+
+
+def save_fields(instance: MovementRequest | MovementRequestNode, fields: Iterable[str]) -> None:
+    """Save bookkeeping ``fields`` (lease, polling, frontier; never the state) of a locked
+    request or node, in one statement, refusing if its state changed since it was read."""
+    state_field = "node_state" if isinstance(instance, MovementRequestNode) else "request_state"
+    if state_field in fields:
+        raise ValueError("state changes go through set_node_state / set_request_state")
+    state = getattr(instance, state_field)
+    _guarded_update(instance, state_field, state, [*fields, "updated_at"], None)
 
 
 def set_node_state(
@@ -177,7 +197,7 @@ def set_node_state(
             node.request, actor, node, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
         fields = ["node_state", "state_changed_at", "updated_at", *update_fields]
-        _write_transition(node, "node_state", old_state, fields, event)
+        _guarded_update(node, "node_state", old_state, fields, event)
         return event
 
 
@@ -215,7 +235,7 @@ def set_request_state(
         event = _event(
             request, actor, None, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
-        _write_transition(request, "request_state", old_state, fields, event)
+        _guarded_update(request, "request_state", old_state, fields, event)
         if nodes is None:
             nodes = list(MovementRequestNode.objects.current().filter(request=request))
         after_request_transition(
