@@ -14,7 +14,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -41,6 +43,7 @@ __all__ = [
     "deliveries_enqueue_due",
     "delivery_redeliver",
     "delivery_send",
+    "subscriptions_read_once",
 ]
 
 logger = logging.getLogger(__name__)
@@ -104,6 +107,33 @@ def _queue(ids: Iterable[Any]) -> None:
             )
 
 
+_READ_ONCE: ContextVar[dict[str, list[Subscription]] | None] = ContextVar(
+    "qtg_subscriptions_read_once", default=None
+)
+
+
+@contextmanager
+def subscriptions_read_once() -> Iterator[None]:
+    """Within the block, ``callback_enqueue`` reads the active subscriptions once and reuses
+    them: for a worker writing many state changes in one transaction, which then all see the
+    subscriptions as they were when it began."""
+    token = _READ_ONCE.set({})
+    try:
+        yield
+    finally:
+        _READ_ONCE.reset(token)
+
+
+def _active_subscriptions() -> list[Subscription]:
+    cache = _READ_ONCE.get()
+    if cache is not None and "active" in cache:
+        return cache["active"]
+    active = list(Subscription.objects.filter(is_active=True))
+    if cache is not None:
+        cache["active"] = active
+    return active
+
+
 def callback_enqueue(
     *, request: MovementRequest, event_type: str, data: dict[str, Any] | None = None
 ) -> list[Delivery]:
@@ -111,7 +141,7 @@ def callback_enqueue(
     transaction; delivery tasks are queued only after it commits."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown callback event type {event_type!r}")
-    subscriptions = [s for s in Subscription.objects.filter(is_active=True) if s.wants(event_type)]
+    subscriptions = [s for s in _active_subscriptions() if s.wants(event_type)]
     if not subscriptions:
         return []
     now = timezone.now()

@@ -181,6 +181,8 @@ def _apply(
 def _settle(
     *, request: MovementRequest, outcome: str, actor: Actor, reason: str
 ) -> Reservation | None:
+    # Called from the post-transition table inside the request's transaction, without a
+    # savepoint: if settling fails, the state change that asked for it fails with it.
     reservation = Reservation.objects.select_for_update().filter(request=request).first()
     if reservation is None or reservation.state != ReservationState.HELD:
         return reservation  # nothing held (refused, or already settled): idempotent no-op
@@ -193,7 +195,7 @@ def _settle(
     )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def reservation_consume(
     *, request: MovementRequest, actor: Actor, reason: str = ""
 ) -> Reservation | None:
@@ -201,7 +203,7 @@ def reservation_consume(
     return _settle(request=request, outcome=ReservationState.CONSUMED, actor=actor, reason=reason)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def reservation_release(
     *, request: MovementRequest, actor: Actor, reason: str = ""
 ) -> Reservation | None:

@@ -34,6 +34,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from callbacks.services import subscriptions_read_once
 from movements.actors import Actor
 from movements.executors import get_executor
 from movements.executors.base import (
@@ -380,7 +381,7 @@ def _apply_results(results: list[_Result]) -> None:
         return
     late: list[tuple[_Result, str]] = []
     try:
-        with transaction.atomic():
+        with transaction.atomic(), subscriptions_read_once():
             locked = _lock_claimed([result.claim for result in results])
             for result in results:
                 target = locked.get(result.claim.node_id)
