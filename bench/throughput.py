@@ -44,10 +44,51 @@ from movements.services import execution, movement_approve, movement_create  # n
 class QueryCounter:
     def __init__(self) -> None:
         self.count = 0
+        self.in_venue = 0
 
     def __call__(self, execute, sql, params, many, context):
         self.count += 1
+        self.in_venue += VENUE.depth > 0
         return execute(sql, params, many, context)
+
+
+class VenueClock:
+    """Wall time spent inside executor calls: the venue's share (in production, the network
+    round trip to an exchange or a chain), which is not the service layer's."""
+
+    METHODS = ("prepare", "sign", "submit", "observe", "recover")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self.depth = 0
+
+    def install(self) -> None:
+        from movements.executors.registry import registry
+
+        for name in registry.names():
+            cls = type(registry.get(name))
+            for method in self.METHODS:
+                original = cls.__dict__.get(method)
+                if original is not None and not hasattr(original, "_venue_clock"):
+                    setattr(cls, method, self._timed(original))
+
+    def _timed(self, fn):
+        def timed(*args, **kwargs):
+            self.depth += 1
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
+                self.depth -= 1
+
+        timed._venue_clock = True
+        return timed
+
+
+VENUE = VenueClock()
 
 
 def setup_movements(n: int) -> list[MovementRequest]:
@@ -77,6 +118,8 @@ def run_services(n: int) -> dict:
     events_before = MovementEvent.objects.filter(kind="transition").count()
     node_events_before = MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
     owner = execution.worker_identity()
+    VENUE.install()
+    venue_before = VENUE.seconds
     started = time.perf_counter()
     with connection.execute_wrapper(counter):
         while MovementRequest.objects.exclude(request_state="COMPLETED").exists():
@@ -84,6 +127,7 @@ def run_services(n: int) -> dict:
             execution.observe_submitted_nodes(owner=owner, limit=10_000)
             execution.recover_unknown_nodes(owner=owner, limit=10_000)
     elapsed = time.perf_counter() - started
+    venue = VENUE.seconds - venue_before
     transitions = MovementEvent.objects.filter(kind="transition").count() - events_before
     node_transitions = (
         MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
@@ -98,6 +142,12 @@ def run_services(n: int) -> dict:
         "all_transitions_per_s": transitions / elapsed,
         "queries": counter.count,
         "queries_per_node_transition": counter.count / node_transitions,
+        "venue_seconds": venue,
+        "venue_queries": counter.in_venue,
+        "service_seconds": elapsed - venue,
+        "service_node_transitions_per_s": node_transitions / (elapsed - venue),
+        "service_queries_per_node_transition": (counter.count - counter.in_venue)
+        / node_transitions,
     }
 
 
@@ -113,6 +163,7 @@ BARE_SQL = [
 
 
 def run_bare_sql(count: int) -> dict:
+    """Time the bare SQL on 200 of the nodes, then put their states back as they were."""
     db = connection.settings_dict
     conninfo = psycopg.conninfo.make_conninfo(
         dbname=db["NAME"],
@@ -121,12 +172,16 @@ def run_bare_sql(count: int) -> dict:
         host=db.get("HOST") or None,
         port=db.get("PORT") or None,
     )
-    nodes = list(MovementRequestNode.objects.values_list("id", "request_id", "node_key")[:200])
+    nodes = list(
+        MovementRequestNode.objects.order_by("id").values_list(
+            "id", "request_id", "node_key", "node_state"
+        )[:200]
+    )
     states = ("OBSERVING", "COMPLETED")
     with psycopg.connect(conninfo) as conn:
         started = time.perf_counter()
         for i in range(count):
-            node_id, request_id, node_key = nodes[i % len(nodes)]
+            node_id, request_id, node_key, _ = nodes[i % len(nodes)]
             old, new = states[i % 2], states[(i + 1) % 2]
             with conn.transaction():
                 conn.execute(BARE_SQL[0], (node_id,))
@@ -137,6 +192,12 @@ def run_bare_sql(count: int) -> dict:
                 )
                 conn.execute(BARE_SQL[3], (request_id,))
         elapsed = time.perf_counter() - started
+        with conn.transaction():
+            for node_id, _, _, state in nodes:
+                conn.execute(
+                    "UPDATE movements_movementrequestnode SET node_state = %s WHERE id = %s",
+                    (state, node_id),
+                )
     return {"count": count, "elapsed": elapsed, "transitions_per_s": count / elapsed}
 
 
@@ -201,7 +262,7 @@ def main() -> None:
     real_name = connection.settings_dict["NAME"]
     # Its own scratch database: never the one a concurrent test run is using.
     connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_bench"
-    test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
         t0 = time.perf_counter()
         if args.profile:
@@ -209,37 +270,68 @@ def main() -> None:
             return
         setup_movements(args.movements)
         setup_elapsed = time.perf_counter() - t0
+        # A fresh database has no planner statistics (autovacuum would gather them within a
+        # minute in a running system): without them the claim query plans a nested loop.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+        # The bare SQL is timed before and after the lane and the faster run is used, so
+        # noise on this machine can only make the ratio look worse, never better.
+        bare_before = run_bare_sql(args.bare)
         services = run_services(args.movements)
         assert not MovementRequest.objects.exclude(request_state="COMPLETED").exists()
-        bare = run_bare_sql(args.bare)
+        bare_after = run_bare_sql(args.bare)
+        bare = max(bare_before, bare_after, key=lambda run: run["transitions_per_s"])
         _reset_for_cycle()
         single = run_service_transition(args.bare)
     finally:
         connection.creation.destroy_test_db(real_name, verbosity=0)
-    ratio = services["node_transitions_per_s"] / bare["transitions_per_s"]
-    print(f"database            {test_name} (PostgreSQL, scratch, dropped afterwards)")
+    report(args, setup_elapsed, services, bare, single)
+
+
+def report(args, setup_elapsed: float, services: dict, bare: dict, single: dict) -> None:
+    bare_rate = bare["transitions_per_s"]
+    lane_ratio = services["node_transitions_per_s"] / bare_rate
+    service_ratio = services["service_node_transitions_per_s"] / bare_rate
+    print(f"database            {connection.settings_dict['NAME']} (PostgreSQL, scratch)")
     print(f"movements           {args.movements} through cex_to_cex (3 nodes) with the sandbox")
     print(f"setup               {setup_elapsed:.2f} s to create and approve (not in the rates)")
-    print(f"execution           {services['elapsed']:.2f} s, one worker, in-process services")
+    print(
+        f"execution           {services['elapsed']:.2f} s, one worker, in-process services, "
+        f"claim batch {settings.QTG_CLAIM_BATCH}"
+    )
+    print(
+        f"  in the venue      {services['venue_seconds']:.2f} s inside {VENUE.calls} sandbox "
+        f"executor calls ({services['venue_queries']} of the queries)"
+    )
+    print(f"  service layer     {services['service_seconds']:.2f} s (the rest)")
     print(f"movements/s         {services['movements_per_s']:.1f}")
     print(
-        f"node transitions/s  {services['node_transitions_per_s']:.1f} "
+        f"node transitions/s  {services['node_transitions_per_s']:.1f} end to end "
         f"({services['node_transitions']} node transitions; "
         f"{services['all_transitions_per_s']:.1f}/s counting request transitions too)"
     )
     print(
-        f"queries/transition  {services['queries_per_node_transition']:.2f} "
-        f"({services['queries']} queries, incl. sandbox venue and observation polls)"
+        f"                    {services['service_node_transitions_per_s']:.1f} in the service "
+        f"layer's own time (execution minus the time inside venue calls)"
     )
     print(
-        f"bare SQL            {bare['transitions_per_s']:.1f} transitions/s "
-        f"({bare['count']} x lock node, update node, insert event, update request; psycopg)"
+        f"queries/transition  {services['queries_per_node_transition']:.2f} "
+        f"({services['queries']} queries, incl. sandbox venue and observation polls); "
+        f"{services['service_queries_per_node_transition']:.2f} are the service layer's"
     )
-    print(f"ratio               {ratio:.2f} (lane node transitions/s / bare SQL; target >= 0.5)")
+    print(
+        f"bare SQL            {bare_rate:.1f} transitions/s "
+        f"({bare['count']} x lock node, update node, insert event, update request; psycopg; "
+        f"the faster of a run before and one after the lane)"
+    )
+    print(
+        f"ratio               {lane_ratio:.2f} end to end; {service_ratio:.2f} service layer "
+        f"(target >= 0.5)"
+    )
     print(
         f"service, 1 transition {single['transitions_per_s']:.1f}/s (lock node+request, "
         f"set_node_state, save request: the bare SQL's work through the services); "
-        f"ratio {single['transitions_per_s'] / bare['transitions_per_s']:.2f}"
+        f"ratio {single['transitions_per_s'] / bare_rate:.2f}"
     )
 
 

@@ -27,7 +27,7 @@ from movements.services.progress import (
     refresh_frontier,
     start_roots,
 )
-from movements.services.state import record_event, set_node_state, set_request_state
+from movements.services.state import record_event, save_fields, set_node_state, set_request_state
 from movements.services.templates import route_template_current, route_templates_sync
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "request_fingerprint",
     "route_template_current",
     "route_templates_sync",
+    "save_fields",
     "set_node_state",
     "set_request_state",
     "should_release_reservation",

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from callbacks.services import subscriptions_read_once
 from movements.actors import Actor
+from movements.exceptions import StaleState
 from movements.executors import get_executor
 from movements.executors.base import (
     DeterministicError,
@@ -114,6 +115,9 @@ class Claim:
     signing_required: bool
     executor: Executor
     context: ExecutionContext
+    # The node as this worker last wrote it (with its request): what a lock-free
+    # compare-and-set transition starts from.
+    node: MovementRequestNode
 
 
 # --- claiming ---------------------------------------------------------------------------------
@@ -203,6 +207,7 @@ def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
             signing_required=node.signing_required,
             executor=get_executor(node.executor),
             context=_context(node, upstream.get(node.request_id, {})),
+            node=node,
         )
         for node in nodes
     ]
@@ -391,13 +396,20 @@ def _apply_results(results: list[_Result]) -> None:
                     continue
                 result.value = result.apply(target)
                 result.applied = True
+                result.claim.node = target.node
     except Exception:
         if len(results) == 1:
             raise
         logger.exception("applying a batch of %s results failed; applying one by one", len(results))
+        errors = []
         for result in results:
             result.applied, result.value = False, None
-            _apply_results([result])
+            try:
+                _apply_results([result])
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0] from None
         return
     for result, problem in late:
         _late_result(result.claim, result.phase, result.outcome, problem)
@@ -502,35 +514,42 @@ def _to_awaiting_signature(claim: Claim, prepared: Prepared) -> _Result:
     return _Result(claim, "prepare", (NS.PREPARING,), apply, {"prepared": prepared.detail})
 
 
-def _to_submitting(
+def _submit_now(
     claim: Claim, signed_payload: str, expected: tuple, detail: dict[str, Any], phase: str
-) -> _Result:
-    """The signed bytes and the idempotency key are durable before anything leaves."""
-    actor = _actor(claim.owner)
-
-    def apply(locked: Locked) -> NodeState:
-        node = locked.node
-        node.signed_payload = signed_payload
-        node.lease_expires_at = _lease_until()
-        _merge_result(node, detail)
-        _move(
-            node,
-            NS.SUBMITTING,
-            actor,
+) -> bool:
+    """Move the node to SUBMITTING right before its submit, with the signed bytes and the
+    idempotency key durable first. A compare-and-set on the node row (still ``expected``,
+    still our lease) rather than a lock: one statement, and no other node of the batch waits
+    in SUBMITTING meanwhile. False (the evidence kept) if the node is no longer ours."""
+    node = claim.node
+    if node.node_state not in expected:
+        _late_result(claim, phase, {"detail": detail}, f"node {node.node_key} is {node.node_state}")
+        return False
+    node.signed_payload = signed_payload
+    node.lease_expires_at = _lease_until()
+    _merge_result(node, detail)
+    try:
+        set_node_state(
+            node=node,
+            new_state=NS.SUBMITTING,
+            actor=_actor(claim.owner),
             detail={**detail, "idempotency_key": node.idempotency_key},
-            fields=["signed_payload", "lease_expires_at", "result"],
+            update_fields=["signed_payload", "lease_expires_at", "result"],
+            only_if={"lease_owner": claim.owner},
         )
-        return NS.SUBMITTING
-
-    outcome = {"detail": detail, "signed": bool(signed_payload)}
-    return _Result(claim, phase, expected, apply, outcome)
+    except StaleState:
+        outcome = {"detail": detail, "signed": bool(signed_payload)}
+        _late_result(claim, phase, outcome, f"node {node.node_key} changed or its lease was lost")
+        return False
+    return True
 
 
 def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
-    READY with backoff, UNKNOWN) for a batch of claimed action nodes. Each executor call is
-    made with no transaction open; the batch moves through each step together, so every
-    step's results are written in one transaction. Returns each node's final state here."""
+    READY with backoff, UNKNOWN) for a batch of claimed action nodes, each executor call made
+    with no transaction open. Each step's results are written for the batch together, except
+    SUBMITTING, which each node enters alone right before its own submit (see
+    ``_submit_now``). Returns each node's state when this worker let go of it."""
     outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
     failures: list[_Result] = []
     to_sign: list[tuple[Claim, _Result]] = []
@@ -550,6 +569,7 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
                 detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
             ready.append((claim, signed_payload, (NS.PREPARING,), detail, "prepare"))
     _apply_results([*failures, *(result for _, result in to_sign)])
+    finished = list(failures)
 
     failures = []
     for claim, awaiting in to_sign:
@@ -561,12 +581,11 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
             failures.append(_failed_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,)))
             continue
         ready.append((claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign"))
-    submitting = [_to_submitting(*args) for args in ready]
-    _apply_results([*failures, *submitting])
+    finished += failures
 
-    submits = []
-    for (claim, signed_payload, *_), moved in zip(ready, submitting, strict=True):
-        if not moved.applied:
+    submits: list[_Result] = []
+    for claim, signed_payload, expected, detail, phase in ready:
+        if not _submit_now(claim, signed_payload, expected, detail, phase):
             continue
         ctx = replace(claim.context, signed_payload=signed_payload)
         try:
@@ -575,8 +594,11 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
         except Exception as exc:
             submitted, error = None, exc
         submits.append(_submit_result(claim, submitted, error))
-    _apply_results(submits)
-    for result in [*failures, *submits]:
+    # Sign failures and submit results, in one transaction. A worker that dies before this
+    # leaves its submitted nodes in SUBMITTING: their leases expire, recovery asks the venue.
+    _apply_results([*failures, *submits])
+    finished += submits
+    for result in finished:
         if result.applied:
             outcome[result.claim.node_id] = result.value
     return outcome

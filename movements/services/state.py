@@ -3,6 +3,7 @@ the generated django-fsm-2 method, saved, and audited by one MovementEvent in th
 transaction. An illegal transition raises and writes nothing."""
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import connection, transaction
@@ -82,14 +83,17 @@ def _event_row(event: MovementEvent) -> tuple[list[str], list[Any]]:
 _SQL_CACHE: dict[tuple, tuple[str, ...]] = {}
 
 
-def _update_sql(model: type, state_column: str, columns: tuple[str, ...], event: bool):
-    key = (model, columns, event)
+def _update_sql(
+    model: type, columns: tuple[str, ...], guard_columns: tuple[str, ...], event: bool
+) -> tuple[str, ...]:
+    key = (model, columns, guard_columns, event)
     sql = _SQL_CACHE.get(key)
     if sql is None:
         qn = connection.ops.quote_name
-        table, pk = qn(model._meta.db_table), qn(model._meta.pk.column)
+        table = qn(model._meta.db_table)
         assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
-        update = f"UPDATE {table} SET {assignments} WHERE {pk} = %s AND {qn(state_column)} = %s"
+        guards = " AND ".join(f"{qn(c)} = %s" for c in guard_columns)
+        update = f"UPDATE {table} SET {assignments} WHERE {guards}"
         event_columns = ", ".join(qn(f.column) for f in _EVENT_FIELDS)
         if not event:
             sql = (update,)
@@ -118,19 +122,24 @@ def _guarded_update(
     read_state: str,
     fields: Iterable[str],
     event: MovementEvent | None,
+    only_if: dict[str, Any] | None = None,
 ) -> None:
     """Save ``fields`` of ``instance`` if its row is still in ``read_state``, the state we
-    read it in (and insert ``event`` with it); raise StaleState, writing nothing, if another
-    writer changed the state."""
+    read it in, and matches ``only_if`` (and insert ``event`` with it); raise StaleState,
+    writing nothing, if another writer changed it."""
     meta = type(instance)._meta
-    state_column = meta.get_field(state_field).column
     columns, values = [], []
     for name in dict.fromkeys(fields):
         field = meta.get_field(name)
         columns.append(field.column)
         values.append(field.get_db_prep_save(field.pre_save(instance, False), connection))
-    sql = _update_sql(type(instance), state_column, tuple(columns), event is not None)
-    guard = [meta.pk.get_db_prep_value(instance.pk, connection), read_state]
+    conditions = {meta.pk.attname: instance.pk, state_field: read_state, **(only_if or {})}
+    guard_columns, guard = [], []
+    for name, value in conditions.items():
+        field = meta.get_field(name)
+        guard_columns.append(field.column)
+        guard.append(field.get_db_prep_value(value, connection))
+    sql = _update_sql(type(instance), tuple(columns), tuple(guard_columns), event is not None)
     row: Any = None
     with connection.cursor() as cursor:
         if event is None:
@@ -172,12 +181,17 @@ def set_node_state(
     actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
     update_fields: Iterable[str] = (),
+    only_if: dict[str, Any] | None = None,
 ) -> MovementEvent:
     """Move one node along an edge of NODE_TRANSITIONS and audit it.
 
     The caller holds the node's row lock; ``update_fields`` names other fields it changed on
     the instance that must be saved with the state. The actor is an ``Actor`` or the spec's
     ``actor_type``/``actor_id`` pair.
+
+    Without the lock, ``only_if`` makes the write a compare-and-set: it happens only if the
+    row is still in the state read and has these field values (a worker's lease), and raises
+    StaleState otherwise. On PostgreSQL, outside a transaction, that is one statement.
     """
     actor = resolve_actor(actor, actor_type, actor_id)
     old_state = node.node_state
@@ -190,15 +204,25 @@ def set_node_state(
             subject=f"node {node.node_key}", current=old_state, target=str(new_state)
         )
     # Validated before the transaction opens, so a refusal never poisons the caller's.
-    with transaction.atomic(savepoint=False):
+    with _atomic_write(savepoint=only_if is not None):
         getattr(node, transition_method_name(target))()
         node.state_changed_at = timezone.now()
         event = _event(
             node.request, actor, node, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
         fields = ["node_state", "state_changed_at", "updated_at", *update_fields]
-        _guarded_update(node, "node_state", old_state, fields, event)
+        _guarded_update(node, "node_state", old_state, fields, event, only_if)
         return event
+
+
+def _atomic_write(*, savepoint: bool) -> Any:
+    """The write of one node transition is a single statement on PostgreSQL, atomic by
+    itself: alone, it needs no transaction (two round trips more). Inside the caller's
+    transaction, a compare-and-set the caller may lose gets a savepoint, so losing it does
+    not doom the rest of that transaction."""
+    if not connection.in_atomic_block:
+        return nullcontext() if connection.vendor == "postgresql" else transaction.atomic()
+    return transaction.atomic(savepoint=savepoint)
 
 
 def set_request_state(

@@ -1,0 +1,203 @@
+"""The workers claim and write a batch of nodes at a time. What that must not change: each
+request moves once, nodes of one request see each other's new state, a node is SUBMITTING only
+while its own submit is in flight, a bad result costs only itself, and a worker that dies
+mid-batch leaves its nodes to recovery, never to a second submit. Run on SQLite and
+PostgreSQL."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from movements.actors import Actor
+from movements.exceptions import StaleState
+from movements.executors.base import Observation, ObservedStatus
+from movements.models import MovementEvent, MovementRequestNode
+from movements.services import execution, save_fields, set_node_state
+from movements.states import NodeState, RequestState
+from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
+
+pytestmark = pytest.mark.django_db
+
+
+def node(request, key):
+    return MovementRequestNode.objects.current().get(request=request, node_key=key)
+
+
+def locking_statements(queries) -> list[str]:
+    return [q["sql"] for q in queries if "FOR UPDATE" in q["sql"]]
+
+
+def completed(ctx):
+    return Observation(status=ObservedStatus.COMPLETED, detail={"seen": ctx.node_key})
+
+
+def test_one_claim_locks_a_batch_of_nodes_and_moves_each_request_once(make_movement):
+    requests = [make_movement(approve=True) for _ in range(3)]
+
+    with CaptureQueriesContext(connection) as queries:
+        claims = execution.claim_ready_nodes(owner="w1", limit=10)
+
+    assert sorted(c.request_id for c in claims) == sorted(r.pk for r in requests)
+    if connection.vendor == "postgresql":
+        assert len(locking_statements(queries.captured_queries)) == 1
+    for request in requests:
+        request.refresh_from_db()
+        assert request.request_state == RequestState.EXECUTING
+        assert node(request, "withdraw").node_state == NodeState.PREPARING
+        moves = MovementEvent.objects.filter(
+            request=request, node=None, kind=MovementEvent.Kind.TRANSITION, new_state="EXECUTING"
+        )
+        assert moves.count() == 1
+
+
+def test_a_claim_batch_takes_no_more_than_its_limit(make_movement):
+    for _ in range(3):
+        make_movement(approve=True)
+
+    assert len(execution.claim_ready_nodes(owner="w1", limit=2)) == 2
+    assert len(execution.claim_ready_nodes(owner="w2", limit=2)) == 1
+    assert execution.claim_ready_nodes(owner="w3", limit=2) == []
+
+
+def test_parallel_branches_completed_in_one_batch_wake_their_join_once(make_movement):
+    request = make_movement("split_join", approve=True)
+    execution.dispatch_one(owner="w1")  # the withdraw: submitted, done at once
+    assert node(request, "withdraw").node_state == NodeState.COMPLETED
+
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    assert sorted(c.context.node_key for c in claims) == ["chain_observe", "withdraw_observe"]
+    for claim in claims:
+        claim.executor.observe = completed
+
+    with CaptureQueriesContext(connection) as queries:
+        states = execution.run_observes(claims)
+
+    assert set(states.values()) == {NodeState.COMPLETED}
+    assert node_path(request, "deposit_observe") == ["BLOCKED", "READY"]
+    request.refresh_from_db()
+    assert request.current_frontier == ["deposit_observe"]
+    assert request.request_state == RequestState.EXECUTING
+    if connection.vendor == "postgresql":
+        # One transaction: the request locked once, its nodes locked once.
+        assert len(locking_statements(queries.captured_queries)) == 2
+    assert_history_replays(request)
+
+
+def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_movement):
+    requests = [make_movement(approve=True) for _ in range(3)]
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    seen = {}
+
+    for claim in claims:
+        original = claim.executor.submit
+
+        def submit(ctx, original=original):
+            seen[ctx.node_id] = dict(
+                MovementRequestNode.objects.filter(pk__in=[c.node_id for c in claims]).values_list(
+                    "pk", "node_state"
+                )
+            )
+            return original(ctx)
+
+        claim.executor.submit = submit
+
+    execution.run_actions(claims)
+
+    order = [claim.node_id for claim in claims]
+    for position, node_id in enumerate(order):
+        states = seen[node_id]
+        assert states[node_id] == NodeState.SUBMITTING
+        # The ones before it have been submitted (their results are written with the
+        # batch's); the ones after it have not been touched yet.
+        assert all(states[other] == NodeState.SUBMITTING for other in order[:position])
+        assert all(states[other] == NodeState.PREPARING for other in order[position + 1 :])
+    for request in requests:
+        assert node(request, "withdraw").node_state == NodeState.COMPLETED
+        assert node(request, "withdraw").lease_owner == ""
+
+
+def test_one_bad_result_in_a_batch_costs_only_itself(make_movement):
+    good, bad = make_movement(approve=True), make_movement(approve=True)
+    execution.dispatch_ready_nodes(owner="w1", limit=2)  # both withdraws, nothing else yet
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    by_request = {claim.request_id: claim for claim in claims}
+    by_request[good.pk].executor.observe = completed
+    # A result the database cannot store (not JSON): applying it raises.
+    by_request[bad.pk].executor.observe = lambda ctx: Observation(
+        status=ObservedStatus.COMPLETED, detail={"unstorable": object()}
+    )
+
+    with pytest.raises(TypeError):
+        execution.run_observes(claims)
+
+    assert node(good, "withdraw_observe").node_state == NodeState.COMPLETED
+    assert node(good, "deposit_observe").node_state == NodeState.READY
+    bad_observer = node(bad, "withdraw_observe")
+    assert bad_observer.node_state == NodeState.OBSERVING
+    assert not MovementEvent.objects.filter(node=bad_observer, new_state="COMPLETED").exists()
+
+
+def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmitted(
+    make_movement,
+):
+    first, second = make_movement(approve=True), make_movement(approve=True)
+    claims = execution.claim_ready_nodes(owner="dead-worker", limit=10)
+    by_request = {claim.request_id: claim for claim in claims}
+    # The first withdrawal reaches the venue; the worker is killed as it starts the second,
+    # before the venue hears of it. No result of the batch was written.
+    second_claim = by_request[second.pk]
+    second_claim.executor.submit = lambda ctx: (_ for _ in ()).throw(SystemExit("killed"))
+    ordered = [by_request[first.pk], second_claim]
+
+    with pytest.raises(SystemExit):
+        execution.run_actions(ordered)
+
+    assert node(first, "withdraw").node_state == NodeState.SUBMITTING
+    assert node(second, "withdraw").node_state == NodeState.SUBMITTING
+    assert len(ledger("withdraw")) == 1
+    MovementRequestNode.objects.filter(pk__in=[c.node_id for c in claims]).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    first, second = settle(first), settle(second)
+
+    assert first.request_state == RequestState.COMPLETED
+    assert node_path(first, "withdraw")[-3:] == ["SUBMITTING", "UNKNOWN", "COMPLETED"]
+    assert second.request_state == RequestState.FAILED
+    assert node_path(second, "withdraw")[-3:] == ["SUBMITTING", "UNKNOWN", "FAILED"]
+    assert len(ledger("withdraw")) == 1  # never submitted again
+    assert_history_replays(first)
+    assert_history_replays(second)
+
+
+def test_a_compare_and_set_transition_refuses_a_lease_that_is_not_ours(make_movement):
+    request = make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    withdraw = claim.node
+    MovementRequestNode.objects.filter(pk=withdraw.pk).update(lease_owner="w2")
+
+    with pytest.raises(StaleState):
+        set_node_state(
+            node=withdraw,
+            new_state=NodeState.SUBMITTING,
+            actor=Actor.system("w1"),
+            only_if={"lease_owner": "w1"},
+        )
+
+    assert node(request, "withdraw").node_state == NodeState.PREPARING
+    assert not MovementEvent.objects.filter(node_id=withdraw.pk, new_state="SUBMITTING").exists()
+
+
+def test_bookkeeping_saves_never_carry_a_state(make_movement):
+    request = make_movement(approve=True)
+    withdraw = node(request, "withdraw")
+
+    with pytest.raises(ValueError, match="state changes go through"):
+        save_fields(withdraw, ["node_state"])
+    withdraw.lease_owner = "someone"
+    save_fields(withdraw, ["lease_owner"])
+
+    assert node(request, "withdraw").lease_owner == "someone"
