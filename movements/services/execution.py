@@ -54,6 +54,7 @@ from movements.executors.base import (
 from movements.models import MovementRequest, MovementRequestNode, NodeKind
 from movements.services.progress import advance_after_completion, apply_request_state_from_nodes
 from movements.services.state import (
+    deferred_writes,
     record_event,
     save_fields,
     set_node_state,
@@ -231,6 +232,12 @@ def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[
     (an operator releases them)."""
     nodes = _lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit)
     actor = _actor(owner)
+    with deferred_writes():
+        _claim_locked(nodes, owner, actor)
+    return _make_claims(nodes, owner)
+
+
+def _claim_locked(nodes: list[MovementRequestNode], owner: str, actor: Actor) -> None:
     for node in nodes:
         request = node.request
         if request.request_state == RS.APPROVED:
@@ -257,7 +264,6 @@ def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[
             update_fields=fields,
             detail={"worker": owner, "dispatch": node.dispatch_count},
         )
-    return _make_claims(nodes, owner)
 
 
 def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
@@ -386,7 +392,7 @@ def _apply_results(results: list[_Result]) -> None:
         return
     late: list[tuple[_Result, str]] = []
     try:
-        with transaction.atomic(), subscriptions_read_once():
+        with transaction.atomic(), subscriptions_read_once(), deferred_writes():
             locked = _lock_claimed([result.claim for result in results])
             for result in results:
                 target = locked.get(result.claim.node_id)

@@ -7,9 +7,14 @@ from callbacks.services import callback_enqueue
 from movements.actors import Actor, resolve_actor
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
-from movements.selectors import current_nodes
+from movements.selectors import current_nodes as _read_current_nodes
 from movements.services.derivation import derive_request_state
-from movements.services.state import save_fields, set_node_state, set_request_state
+from movements.services.state import (
+    flush_deferred_writes,
+    save_fields,
+    set_node_state,
+    set_request_state,
+)
 from movements.states import (
     DONE_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -54,6 +59,12 @@ def plan_graph(request: MovementRequest) -> PlanGraph:
         _PLAN_GRAPHS.clear()
     _PLAN_GRAPHS[request.pk] = graph
     return graph
+
+
+def current_nodes(request: MovementRequest, *, lock: bool = False) -> list[MovementRequestNode]:
+    """The request's current nodes from the database, after any deferred write is flushed."""
+    flush_deferred_writes()
+    return _read_current_nodes(request, lock=lock)
 
 
 def compute_frontier(nodes: list[Any]) -> list[str]:

@@ -2,11 +2,13 @@
 the generated django-fsm-2 method, saved, and audited by one MovementEvent in the same
 transaction. An illegal transition raises and writes nothing."""
 
-from collections.abc import Iterable
-from contextlib import nullcontext
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from movements.actors import Actor, resolve_actor
@@ -34,6 +36,10 @@ def record_event(
 ) -> MovementEvent:
     """Append one audit record (evidence without a state change, unless a transition wrote it)."""
     event = _event(request, actor, node, kind, old_state, new_state, detail)
+    deferred = _DEFERRED.get()
+    if deferred is not None:
+        deferred.events.append(event)
+        return event
     columns, values = _event_row(event)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -84,7 +90,7 @@ _SQL_CACHE: dict[tuple, tuple[str, ...]] = {}
 
 
 def _update_sql(
-    model: type, columns: tuple[str, ...], guard_columns: tuple[str, ...], event: bool
+    model: type, columns: tuple[str, ...], guard_columns: tuple[str, ...], *, event: bool
 ) -> tuple[str, ...]:
     key = (model, columns, guard_columns, event)
     sql = _SQL_CACHE.get(key)
@@ -116,17 +122,14 @@ def _update_sql(
     return sql
 
 
-def _guarded_update(
+def _row_update(
     instance: Any,
     state_field: str,
     read_state: str,
     fields: Iterable[str],
-    event: MovementEvent | None,
-    only_if: dict[str, Any] | None = None,
-) -> None:
-    """Save ``fields`` of ``instance`` if its row is still in ``read_state``, the state we
-    read it in, and matches ``only_if`` (and insert ``event`` with it); raise StaleState,
-    writing nothing, if another writer changed it."""
+    only_if: dict[str, Any] | None,
+) -> tuple[tuple[type, tuple[str, ...], tuple[str, ...]], list[Any]]:
+    """The guarded UPDATE of ``fields`` of one row: its statement's key and its parameters."""
     meta = type(instance)._meta
     columns, values = [], []
     for name in dict.fromkeys(fields):
@@ -139,27 +142,124 @@ def _guarded_update(
         field = meta.get_field(name)
         guard_columns.append(field.column)
         guard.append(field.get_db_prep_value(value, connection))
-    sql = _update_sql(type(instance), tuple(columns), tuple(guard_columns), event is not None)
+    return (type(instance), tuple(columns), tuple(guard_columns)), [*values, *guard]
+
+
+def _stale(instance: Any) -> StaleState:
+    # Another writer moved the row since we read it. Nothing of this change is written.
+    return StaleState(f"{instance} was changed by someone else; reload and try again")
+
+
+def _guarded_update(
+    instance: Any,
+    state_field: str,
+    read_state: str,
+    fields: Iterable[str],
+    event: MovementEvent | None,
+    only_if: dict[str, Any] | None = None,
+) -> None:
+    """Save ``fields`` of ``instance`` if its row is still in ``read_state``, the state we
+    read it in, and matches ``only_if`` (and insert ``event`` with it); raise StaleState,
+    writing nothing, if another writer changed it. Inside ``deferred_writes`` the write is
+    queued instead (a compare-and-set, ``only_if``, never is: its caller wants the answer)."""
+    deferred = _DEFERRED.get()
+    if deferred is not None and only_if is None:
+        deferred.add(instance, state_field, read_state, fields, event)
+        return
+    key, params = _row_update(instance, state_field, read_state, fields, only_if)
+    sql = _update_sql(*key, event=event is not None)
     row: Any = None
     with connection.cursor() as cursor:
         if event is None:
-            cursor.execute(sql[0], [*values, *guard])
+            cursor.execute(sql[0], params)
             row = () if cursor.rowcount == 1 else None
         elif len(sql) == 1:
-            cursor.execute(sql[0], [*values, *guard, *_event_row(event)[1]])
+            cursor.execute(sql[0], [*params, *_event_row(event)[1]])
             row = cursor.fetchone()
         else:
-            cursor.execute(sql[0], [*values, *guard])
+            cursor.execute(sql[0], params)
             if cursor.rowcount == 1:
                 cursor.execute(sql[1], _event_row(event)[1])
                 row = cursor.fetchone()
     if row is None:
-        # Another writer moved the row since we read it. Nothing of this change was written.
-        raise StaleState(f"{instance} was changed by someone else; reload and try again")
+        raise _stale(instance)
     if event is not None:
         event.pk = row[0]
         event._state.adding = False
     instance._update_initial_state()  # as django-fsm-2's save() does after a write
+
+
+# --- deferred writes --------------------------------------------------------------------------
+#
+# A worker applying a batch of results holds the rows locked for the whole transaction and
+# reads only the instances it locked. Inside ``deferred_writes`` each transition is validated
+# and applied to its instance at once, but the rows are written when the block ends: the
+# guarded UPDATEs of each shape in one pipelined executemany, every audit event in one INSERT,
+# in the order they happened. A row whose state another writer changed fails the whole block
+# with StaleState, so the transaction rolls back as it would have at the first write.
+
+
+class _Deferred:
+    def __init__(self) -> None:
+        # (model, pk) -> [instance, state field, state read from the database, fields]
+        self.rows: dict[tuple[type, Any], list[Any]] = {}
+        self.events: list[MovementEvent] = []
+
+    def add(self, instance, state_field, read_state, fields, event) -> None:
+        key = (type(instance), instance.pk)
+        entry = self.rows.get(key)
+        if entry is not None and entry[0] is not instance:
+            self.flush()  # another copy of the same row: write the first one's change first
+            entry = None
+        if entry is None:
+            self.rows[key] = [instance, state_field, read_state, dict.fromkeys(fields)]
+        else:
+            entry[3].update(dict.fromkeys(fields))  # the state read first stays the guard
+        if event is not None:
+            self.events.append(event)
+
+    def flush(self) -> None:
+        rows, events = list(self.rows.values()), self.events
+        self.rows, self.events = {}, []
+        statements: dict[tuple, list[list[Any]]] = {}
+        for instance, state_field, read_state, fields in rows:
+            key, params = _row_update(instance, state_field, read_state, fields, None)
+            statements.setdefault(key, []).append(params)
+        with connection.cursor() as cursor:
+            for key, param_list in statements.items():
+                cursor.executemany(_update_sql(*key, event=False)[0], param_list)
+                if cursor.rowcount != len(param_list):
+                    raise _stale(next(row[0] for row in rows if type(row[0]) is key[0]))
+        if events:
+            MovementEvent.objects.bulk_create(events)
+        for instance, *_ in rows:
+            instance._update_initial_state()
+
+
+_DEFERRED: ContextVar[_Deferred | None] = ContextVar("qtg_deferred_writes", default=None)
+
+
+@contextmanager
+def deferred_writes() -> Iterator[None]:
+    """Write the state changes made in the block when it ends (see above). For callers that
+    hold every row they change locked, inside their transaction, and read only those rows'
+    instances until the block ends."""
+    if not connection.in_atomic_block:
+        raise TransactionManagementError("deferred_writes() needs an open transaction")
+    deferred = _Deferred()
+    token = _DEFERRED.set(deferred)
+    try:
+        yield
+        deferred.flush()
+    finally:
+        _DEFERRED.reset(token)
+
+
+def flush_deferred_writes() -> None:
+    """Write what ``deferred_writes`` queued so far (before reading those rows back)."""
+    deferred = _DEFERRED.get()
+    if deferred is not None:
+        deferred.flush()
 
 
 def save_fields(instance: MovementRequest | MovementRequestNode, fields: Iterable[str]) -> None:
@@ -261,6 +361,7 @@ def set_request_state(
         )
         _guarded_update(request, "request_state", old_state, fields, event)
         if nodes is None:
+            flush_deferred_writes()
             nodes = list(MovementRequestNode.objects.current().filter(request=request))
         after_request_transition(
             request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
