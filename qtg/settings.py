@@ -203,9 +203,11 @@ QTG_RETRY_BASE_SECONDS = float(os.environ.get("QTG_RETRY_BASE_SECONDS", "2"))
 QTG_RETRY_MAX_SECONDS = float(os.environ.get("QTG_RETRY_MAX_SECONDS", "300"))
 QTG_MAX_DISPATCHES = int(os.environ.get("QTG_MAX_DISPATCHES", "10"))
 QTG_DISPATCH_BATCH = int(os.environ.get("QTG_DISPATCH_BATCH", "50"))
-# How many due nodes one claim transaction locks and leases (one SELECT .. SKIP LOCKED); the
-# worker then runs them one after another, so keep it small next to the lease.
-QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "10"))
+# How many due nodes one claim transaction locks and leases (one SELECT .. SKIP LOCKED). The
+# worker runs them one after another (renewing the leases of those waiting) and writes each
+# step's results for the batch in one transaction; sweeps fanned out to other workers take
+# other batches.
+QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "25"))
 QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
 
 # --- Sandbox venues and callbacks ------------------------------------------------------------

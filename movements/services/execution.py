@@ -60,7 +60,7 @@ from movements.services.state import (
     set_node_state,
     set_request_state,
 )
-from movements.states import NodeState, RequestState
+from movements.states import IN_FLIGHT_NODE_STATES, NodeState, RequestState
 
 logger = logging.getLogger(__name__)
 
@@ -312,6 +312,27 @@ def claim_unknown_node(*, owner: str, as_of: Any = None) -> Claim | None:
     return claims[0] if claims else None
 
 
+class _LeaseKeeper:
+    """A worker runs its batch one node after another; before each executor call, once half
+    the lease has gone by, it renews the lease of every node of the batch it still holds (one
+    statement), so nodes waiting their turn are not taken for abandoned."""
+
+    def __init__(self, claims: list[Claim]) -> None:
+        self.claims = claims
+        self.renew_at = timezone.now() + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+
+    def tick(self) -> None:
+        now = timezone.now()
+        if now < self.renew_at or not self.claims:
+            return
+        MovementRequestNode.objects.filter(
+            pk__in=[claim.node_id for claim in self.claims],
+            lease_owner=self.claims[0].owner,
+            node_state__in=IN_FLIGHT_NODE_STATES,
+        ).update(lease_expires_at=_lease_until(), heartbeat_at=now, updated_at=now)
+        self.renew_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+
+
 # --- result transactions ----------------------------------------------------------------------
 #
 # The results of a batch of claims are applied in one transaction: the requests are locked in
@@ -560,7 +581,9 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     failures: list[_Result] = []
     to_sign: list[tuple[Claim, _Result]] = []
     ready: list[tuple[Claim, str, tuple, dict[str, Any], str]] = []
+    leases = _LeaseKeeper(claims)
     for claim in claims:
+        leases.tick()
         try:
             prepared = claim.executor.prepare(claim.context)
         except Exception as exc:
@@ -581,6 +604,7 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     for claim, awaiting in to_sign:
         if not awaiting.applied:
             continue
+        leases.tick()
         try:
             signed = claim.executor.sign(claim.context)
         except Exception as exc:
@@ -591,6 +615,7 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
 
     submits: list[_Result] = []
     for claim, signed_payload, expected, detail, phase in ready:
+        leases.tick()
         if not _submit_now(claim, signed_payload, expected, detail, phase):
             continue
         ctx = replace(claim.context, signed_payload=signed_payload)
@@ -740,7 +765,11 @@ def _observe_result(claim: Claim) -> _Result:
 def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
     """One observation of each claimed SUBMITTED/OBSERVING node, the results written in one
     transaction. Returns each node's new state (None while still pending)."""
-    results = [_observe_result(claim) for claim in claims]
+    leases = _LeaseKeeper(claims)
+    results = []
+    for claim in claims:
+        leases.tick()
+        results.append(_observe_result(claim))
     _apply_results(results)
     return {result.claim.node_id: result.value for result in results}
 
@@ -808,7 +837,11 @@ def _recover_result(claim: Claim) -> _Result:
 def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
     """Reconcile each claimed UNKNOWN node with its venue; results written in one
     transaction."""
-    results = [_recover_result(claim) for claim in claims]
+    leases = _LeaseKeeper(claims)
+    results = []
+    for claim in claims:
+        leases.tick()
+        results.append(_recover_result(claim))
     _apply_results(results)
     return {result.claim.node_id: result.value for result in results}
 

@@ -4,6 +4,7 @@ while its own submit is in flight, a bad result costs only itself, and a worker 
 mid-batch leaves its nodes to recovery, never to a second submit. Run on SQLite and
 PostgreSQL."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -201,3 +202,33 @@ def test_bookkeeping_saves_never_carry_a_state(make_movement):
     save_fields(withdraw, ["lease_owner"])
 
     assert node(request, "withdraw").lease_owner == "someone"
+
+
+def test_nodes_waiting_their_turn_in_a_long_batch_keep_their_leases(make_movement, settings):
+    settings.QTG_LEASE_SECONDS = 1
+    first, second = make_movement(approve=True), make_movement(approve=True)
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    by_request = {claim.request_id: claim for claim in claims}
+    waiting = node(second, "withdraw")
+    original_prepare = by_request[first.pk].executor.prepare
+
+    def slow_prepare(ctx):
+        time.sleep(0.6)  # past half the lease
+        return original_prepare(ctx)
+
+    by_request[first.pk].executor.prepare = slow_prepare
+    renewed = {}
+    original_second = by_request[second.pk].executor.prepare
+
+    def second_prepare(ctx):
+        renewed["lease"] = node(second, "withdraw").lease_expires_at
+        return original_second(ctx)
+
+    by_request[second.pk].executor.prepare = second_prepare
+
+    execution.run_actions([by_request[first.pk], by_request[second.pk]])
+
+    assert renewed["lease"] > waiting.lease_expires_at
+    assert execution.reap_expired_leases() == 0
+    assert node(first, "withdraw").node_state == NodeState.COMPLETED
+    assert node(second, "withdraw").node_state == NodeState.COMPLETED
