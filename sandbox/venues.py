@@ -402,17 +402,20 @@ def withdrawal_status(*, withdrawal_id: str, fault: Fault = NO_FAULT) -> Withdra
         seconds=fault.seconds
     ):
         return withdrawal
+    # Taken out of PROCESSING by a conditional UPDATE, which holds the row until we commit:
+    # whoever's UPDATE matched is the one that carries the withdrawal out.
+    pending = Withdrawal.objects.filter(pk=withdrawal.pk, status=Withdrawal.Status.PROCESSING)
+    if fault.is_("observe_fail"):
+        status, tx_hash = Withdrawal.Status.FAILED, ""
+    else:
+        status, tx_hash = Withdrawal.Status.SENT, "0x" + _sha("transfer", withdrawal_id)
+    now = timezone.now()
     with transaction.atomic():
-        withdrawal = Withdrawal.objects.select_for_update().get(pk=withdrawal.pk)
-        if withdrawal.status != Withdrawal.Status.PROCESSING:
-            return withdrawal
-        if fault.is_("observe_fail"):
-            withdrawal.status = Withdrawal.Status.FAILED
-        else:
-            # We hold the withdrawal's lock and it is still PROCESSING: nobody else sends it.
-            tx = _insert_tx(
+        moved = pending.update(status=status, tx_hash=tx_hash, updated_at=now)
+        if moved and status == Withdrawal.Status.SENT:
+            _insert_tx(
                 chain=withdrawal.network,
-                tx_hash="0x" + _sha("transfer", withdrawal_id),
+                tx_hash=tx_hash,
                 kind=ChainTx.Kind.TRANSFER,
                 operation=LedgerEntry.Operation.CHAIN_TRANSFER,
                 asset=withdrawal.asset,
@@ -420,9 +423,10 @@ def withdrawal_status(*, withdrawal_id: str, fault: Fault = NO_FAULT) -> Withdra
                 sender=withdrawal.venue,
                 recipient=withdrawal.address,
             )
-            withdrawal.status = Withdrawal.Status.SENT
-            withdrawal.tx_hash = tx.tx_hash
-        withdrawal.save(update_fields=["status", "tx_hash", "updated_at"])
+    if not moved:  # another observer got there first: the row says what happened
+        withdrawal.refresh_from_db(fields=["status", "tx_hash", "updated_at"])
+        return withdrawal
+    withdrawal.status, withdrawal.tx_hash, withdrawal.updated_at = status, tx_hash, now
     return withdrawal
 
 
