@@ -762,16 +762,24 @@ def _observe_result(claim: Claim) -> _Result:
     return _Result(claim, "observe", (NS.SUBMITTED, NS.OBSERVING), apply, outcome)
 
 
-def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
-    """One observation of each claimed SUBMITTED/OBSERVING node, the results written in one
-    transaction. Returns each node's new state (None while still pending)."""
+def _ask_each_then_apply(
+    claims: list[Claim], ask: Callable[[Claim], _Result]
+) -> dict[int, NodeState | None]:
+    """Ask the venue about each claimed node in turn (no transaction open), then write every
+    answer in one transaction. Returns each node's new state (None where it did not move)."""
     leases = _LeaseKeeper(claims)
     results = []
     for claim in claims:
         leases.tick()
-        results.append(_observe_result(claim))
+        results.append(ask(claim))
     _apply_results(results)
     return {result.claim.node_id: result.value for result in results}
+
+
+def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """One observation of each claimed SUBMITTED/OBSERVING node, the results written in one
+    transaction. Returns each node's new state (None while still pending)."""
+    return _ask_each_then_apply(claims, _observe_result)
 
 
 def run_observe(claim: Claim) -> NodeState | None:
@@ -837,13 +845,7 @@ def _recover_result(claim: Claim) -> _Result:
 def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
     """Reconcile each claimed UNKNOWN node with its venue; results written in one
     transaction."""
-    leases = _LeaseKeeper(claims)
-    results = []
-    for claim in claims:
-        leases.tick()
-        results.append(_recover_result(claim))
-    _apply_results(results)
-    return {result.claim.node_id: result.value for result in results}
+    return _ask_each_then_apply(claims, _recover_result)
 
 
 def run_recover(claim: Claim) -> NodeState | None:
