@@ -205,9 +205,10 @@ QTG_MAX_DISPATCHES = int(os.environ.get("QTG_MAX_DISPATCHES", "10"))
 QTG_DISPATCH_BATCH = int(os.environ.get("QTG_DISPATCH_BATCH", "50"))
 # How many due nodes one claim transaction locks and leases (one SELECT .. SKIP LOCKED). The
 # worker runs them one after another (renewing the leases of those waiting) and writes each
-# step's results for the batch in one transaction; sweeps fanned out to other workers take
-# other batches.
-QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "25"))
+# step's results for the batch in one transaction, or sooner once QTG_RESULT_WRITE_SECONDS
+# have gone by since its last write; sweeps fanned out to other workers take other batches.
+QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "50"))
+QTG_RESULT_WRITE_SECONDS = float(os.environ.get("QTG_RESULT_WRITE_SECONDS", "1"))
 QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
 
 # --- Sandbox venues and callbacks ------------------------------------------------------------

@@ -23,6 +23,7 @@ On SQLite (embedded) there are no row locks: transactions are IMMEDIATE, so writ
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from callbacks.services import subscriptions_read_once
@@ -153,17 +154,19 @@ def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]
     upstream: dict[Any, dict[str, Upstream]] = {pk: {} for pk in request_ids}
     if not request_ids:
         return upstream
-    for other in (
+    rows = (
         MovementRequestNode.objects.current()
         .filter(request_id__in=request_ids)
-        .select_related("plan_node")
-    ):
-        upstream[other.request_id][other.node_key] = Upstream(
-            executor=other.executor,
-            state=other.node_state,
-            external_ref=other.external_ref,
-            result=dict(other.result or {}),
-            config=dict(other.plan_node.config or {}),
+        .values_list("request_id", "node_key", "executor", "node_state", "external_ref", "result")
+        .annotate(config=F("plan_node__config"))
+    )
+    for request_id, key, executor, state, external_ref, result, config in rows:
+        upstream[request_id][key] = Upstream(
+            executor=executor,
+            state=state,
+            external_ref=external_ref,
+            result=dict(result or {}),
+            config=dict(config or {}),
         )
     return upstream
 
@@ -442,6 +445,28 @@ def _apply_results(results: list[_Result]) -> None:
         _late_result(result.claim, result.phase, result.outcome, problem)
 
 
+class _Unwritten:
+    """Results a worker holds until it writes them, together, in one transaction: when its
+    batch is done, or sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
+    write, so a slow venue never leaves a known result unwritten for long."""
+
+    def __init__(self, results: list[_Result] | None = None) -> None:
+        self.results = list(results or [])
+        self.seen = list(self.results)
+        self.written_at = time.monotonic()
+
+    def add(self, result: _Result) -> None:
+        self.results.append(result)
+        self.seen.append(result)
+        if time.monotonic() - self.written_at >= settings.QTG_RESULT_WRITE_SECONDS:
+            self.write()
+
+    def write(self) -> None:
+        results, self.results = self.results, []
+        _apply_results(results)
+        self.written_at = time.monotonic()
+
+
 def _late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
     """Keep the evidence of a result that came too late to be applied."""
     with transaction.atomic():
@@ -611,9 +636,10 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
             failures.append(_failed_before_submit(claim, exc, "sign", (NS.AWAITING_SIGNATURE,)))
             continue
         ready.append((claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign"))
-    finished += failures
 
-    submits: list[_Result] = []
+    # Sign failures and submit results are written together. A worker that dies before they
+    # are leaves its submitted nodes in SUBMITTING: their leases expire, recovery asks the venue.
+    unwritten = _Unwritten(failures)
     for claim, signed_payload, expected, detail, phase in ready:
         leases.tick()
         if not _submit_now(claim, signed_payload, expected, detail, phase):
@@ -624,11 +650,9 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
             error: BaseException | None = None
         except Exception as exc:
             submitted, error = None, exc
-        submits.append(_submit_result(claim, submitted, error))
-    # Sign failures and submit results, in one transaction. A worker that dies before this
-    # leaves its submitted nodes in SUBMITTING: their leases expire, recovery asks the venue.
-    _apply_results([*failures, *submits])
-    finished += submits
+        unwritten.add(_submit_result(claim, submitted, error))
+    unwritten.write()
+    finished += unwritten.seen
     for result in finished:
         if result.applied:
             outcome[result.claim.node_id] = result.value
@@ -765,15 +789,15 @@ def _observe_result(claim: Claim) -> _Result:
 def _ask_each_then_apply(
     claims: list[Claim], ask: Callable[[Claim], _Result]
 ) -> dict[int, NodeState | None]:
-    """Ask the venue about each claimed node in turn (no transaction open), then write every
-    answer in one transaction. Returns each node's new state (None where it did not move)."""
-    leases = _LeaseKeeper(claims)
-    results = []
+    """Ask the venue about each claimed node in turn (no transaction open) and write the
+    answers together (see ``_Unwritten``). Returns each node's new state (None where it did
+    not move)."""
+    leases, unwritten = _LeaseKeeper(claims), _Unwritten()
     for claim in claims:
         leases.tick()
-        results.append(ask(claim))
-    _apply_results(results)
-    return {result.claim.node_id: result.value for result in results}
+        unwritten.add(ask(claim))
+    unwritten.write()
+    return {result.claim.node_id: result.value for result in unwritten.seen}
 
 
 def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:

@@ -232,3 +232,46 @@ def test_nodes_waiting_their_turn_in_a_long_batch_keep_their_leases(make_movemen
     assert execution.reap_expired_leases() == 0
     assert node(first, "withdraw").node_state == NodeState.COMPLETED
     assert node(second, "withdraw").node_state == NodeState.COMPLETED
+
+
+def test_a_slow_venue_does_not_hold_back_the_results_already_known(make_movement, settings):
+    settings.QTG_RESULT_WRITE_SECONDS = 0.2
+    first, second = make_movement(approve=True), make_movement(approve=True)
+    execution.dispatch_ready_nodes(owner="w1", limit=2)  # both withdraws
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    by_request = {claim.request_id: claim for claim in claims}
+    seen = {}
+
+    def slow(ctx):
+        time.sleep(0.3)
+        return completed(ctx)
+
+    def look_then_complete(ctx):
+        seen["first"] = node(first, "withdraw_observe").node_state
+        return completed(ctx)
+
+    by_request[first.pk].executor.observe = slow
+    by_request[second.pk].executor.observe = look_then_complete
+
+    execution.run_observes([by_request[first.pk], by_request[second.pk]])
+
+    # The first answer took longer than the write interval: it was written before the
+    # second venue call, not held until the batch was done.
+    assert seen["first"] == NodeState.COMPLETED
+    assert node(second, "withdraw_observe").node_state == NodeState.COMPLETED
+
+
+def test_fast_answers_are_written_together(make_movement):
+    requests = [make_movement(approve=True) for _ in range(3)]
+    execution.dispatch_ready_nodes(owner="w1", limit=3)
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    for claim in claims:
+        claim.executor.observe = completed
+
+    with CaptureQueriesContext(connection) as queries:
+        execution.run_observes(claims)
+
+    for request in requests:
+        assert node(request, "withdraw_observe").node_state == NodeState.COMPLETED
+    if connection.vendor == "postgresql":
+        assert len(locking_statements(queries.captured_queries)) == 2  # one transaction
