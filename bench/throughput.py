@@ -49,8 +49,11 @@ class QueryCounter:
         self.in_venue = 0
 
     def __call__(self, execute, sql, params, many, context):
-        self.count += 1
-        self.in_venue += VENUE.depth > 0
+        # A pipelined executemany sends many statements in one round trip; each counts here.
+        statements = len(params) if many else 1
+        self.count += statements
+        if VENUE.depth > 0:
+            self.in_venue += statements
         return execute(sql, params, many, context)
 
 
@@ -304,7 +307,7 @@ def report(args, setup_elapsed: float, services: dict, bare: dict, single: dict)
     )
     print(
         f"  in the venue      {services['venue_seconds']:.2f} s inside {VENUE.calls} sandbox "
-        f"executor calls ({services['venue_queries']} of the queries)"
+        f"executor calls ({services['venue_queries']} of the statements)"
     )
     print(f"  service layer     {services['service_seconds']:.2f} s (the rest)")
     print(f"movements/s         {services['movements_per_s']:.1f}")
@@ -319,7 +322,7 @@ def report(args, setup_elapsed: float, services: dict, bare: dict, single: dict)
     )
     print(
         f"queries/transition  {services['queries_per_node_transition']:.2f} "
-        f"({services['queries']} queries, incl. sandbox venue and observation polls); "
+        f"({services['queries']} statements, incl. sandbox venue and observation polls); "
         f"{services['service_queries_per_node_transition']:.2f} are the service layer's"
     )
     print(
