@@ -9,7 +9,7 @@ def current_nodes(request: MovementRequest, *, lock: bool = False) -> list[Movem
     """The live attempt of every node of a request, in plan order."""
     qs = MovementRequestNode.objects.current().filter(request=request).select_related("plan_node")
     if lock:
-        qs = qs.select_for_update(of=("self",))
+        qs = qs.select_for_update(of=("self",), no_key=True)
     return list(qs.order_by("plan_node__position", "pk"))
 
 

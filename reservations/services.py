@@ -244,7 +244,7 @@ def reservation_settle(
     if request_id is None:
         raise NotFound(f"reservation {pk} does not exist")
     # Lock order: the movement request before what hangs off it.
-    request = MovementRequest.objects.select_for_update().get(pk=request_id)
+    request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_id)
     reservation = Reservation.objects.select_for_update().get(pk=pk)
     if reservation.state != ReservationState.HELD:
         raise ActionRefused(

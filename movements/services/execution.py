@@ -1,19 +1,28 @@
-"""The worker services: claim a node, call its executor outside any transaction, and map what
-the executor returned or raised onto the spec's node transitions.
+"""The worker services: claim nodes, call their executors outside any transaction, and map
+what the executors returned or raised onto the spec's node transitions.
 
-Each step is three short pieces:
+A worker works a batch at a time (``QTG_CLAIM_BATCH`` nodes), each step in short pieces:
 
-1. a claim transaction: lock one due node together with its request, in the same statement,
+1. a claim transaction: lock the due nodes together with their requests, in one statement,
    with ``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL (a worker never waits for a lock it
-   does not hold yet), give the node a lease and move it (READY -> PREPARING/OBSERVING);
-2. the executor call, with no transaction open and no lock held;
-3. a result transaction that re-locks the request and then the node (the house lock order)
-   and applies the result only if the lease is still ours. A result that arrives after the
+   does not hold yet), give them a lease and move them (READY -> PREPARING/OBSERVING);
+2. the executor calls, one node after another, with no transaction open and no lock held
+   (leases of the nodes still waiting are renewed as the batch goes);
+3. result transactions that re-lock the requests and then their nodes (the house lock order)
+   and apply each result only if its lease is still ours. A result that arrives after the
    lease was reaped is recorded as evidence and otherwise ignored: recovery owns the node.
+   Results are written together when the batch is done, or sooner on a slow venue.
+
+The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
+compare-and-set on its state and lease: one statement, which holds no other lock meanwhile.
+
+Movement rows are locked FOR NO KEY UPDATE (their keys never change): writers still queue on a
+row, but inserting the audit events and other rows that reference it never waits for one, so
+such a statement cannot close a lock cycle.
 
 Exactly once: the idempotency key of an attempt is persisted when the node is claimed, before
 anything is submitted, and sent to the venue; a signed payload is persisted in the same
-transaction that moves the node to SUBMITTING, and is re-used (never re-signed) by any later
+statement that moves the node to SUBMITTING, and is re-used (never re-signed) by any later
 attempt or recovery. A node whose worker died in SUBMITTING becomes UNKNOWN when its lease
 expires and is reconciled through ``recover``, never submitted again.
 
@@ -142,7 +151,7 @@ def _claimable(states: tuple, request_states: tuple, now: Any):
         .select_related("request", "plan_node")
         # The request row is locked in the same statement as the node, and skipped if anyone
         # holds either: a worker holding a node lock never waits for its request's lock.
-        .select_for_update(skip_locked=True, of=("self", "request"))
+        .select_for_update(skip_locked=True, of=("self", "request"), no_key=True)
         .order_by("next_attempt_at", "id")
     )
 
@@ -317,8 +326,8 @@ def claim_unknown_node(*, owner: str, as_of: Any = None) -> Claim | None:
 
 class _LeaseKeeper:
     """A worker runs its batch one node after another; before each executor call, once half
-    the lease has gone by, it renews the lease of every node of the batch it still holds (one
-    statement), so nodes waiting their turn are not taken for abandoned."""
+    the lease has gone by, it renews the lease of every node of the batch it still holds,
+    so nodes waiting their turn are not taken for abandoned."""
 
     def __init__(self, claims: list[Claim]) -> None:
         self.claims = claims
@@ -328,12 +337,28 @@ class _LeaseKeeper:
         now = timezone.now()
         if now < self.renew_at or not self.claims:
             return
-        MovementRequestNode.objects.filter(
-            pk__in=[claim.node_id for claim in self.claims],
-            lease_owner=self.claims[0].owner,
-            node_state__in=IN_FLIGHT_NODE_STATES,
-        ).update(lease_expires_at=_lease_until(), heartbeat_at=now, updated_at=now)
-        self.renew_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+        owner = self.claims[0].owner
+        ours = set(
+            MovementRequestNode.objects.filter(
+                pk__in=[claim.node_id for claim in self.claims],
+                lease_owner=owner,
+                node_state__in=IN_FLIGHT_NODE_STATES,
+            ).values_list("pk", flat=True)
+        )
+        self.claims = [claim for claim in self.claims if claim.node_id in ours]
+        with transaction.atomic():
+            # A row another transaction holds is skipped, never waited for (no lock cycle
+            # with a batch that holds its request), and renewed at the next tick.
+            held = set(
+                MovementRequestNode.objects.select_for_update(skip_locked=True, no_key=True)
+                .filter(pk__in=ours, lease_owner=owner)
+                .values_list("pk", flat=True)
+            )
+            MovementRequestNode.objects.filter(pk__in=held).update(
+                lease_expires_at=_lease_until(), heartbeat_at=now, updated_at=now
+            )
+        if held == ours:
+            self.renew_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
 
 
 # --- result transactions ----------------------------------------------------------------------
@@ -378,7 +403,7 @@ def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
     request_ids = sorted({claim.request_id for claim in claims}, key=str)
     requests = {
         request.pk: request
-        for request in MovementRequest.objects.select_for_update()
+        for request in MovementRequest.objects.select_for_update(no_key=True)
         .filter(pk__in=request_ids)
         .order_by("pk")
     }
@@ -386,7 +411,7 @@ def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
         MovementRequestNode.objects.current()
         .filter(request_id__in=request_ids)
         .select_related("plan_node")
-        .select_for_update(of=("self",))
+        .select_for_update(of=("self",), no_key=True)
         .order_by("request_id", "plan_node__position", "pk")
     )
     by_request: dict[Any, list[MovementRequestNode]] = {pk: [] for pk in requests}
@@ -470,7 +495,7 @@ class _Unwritten:
 def _late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
     """Keep the evidence of a result that came too late to be applied."""
     with transaction.atomic():
-        request = MovementRequest.objects.select_for_update().get(pk=claim.request_id)
+        request = MovementRequest.objects.select_for_update(no_key=True).get(pk=claim.request_id)
         node = MovementRequestNode.objects.get(pk=claim.node_id)
         node.request = request
         record_event(
@@ -969,8 +994,10 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
     moved = 0
     for node_pk, request_pk in candidates:
         with transaction.atomic():
-            request = MovementRequest.objects.select_for_update().get(pk=request_pk)
-            node = MovementRequestNode.objects.select_for_update(of=("self",)).get(pk=node_pk)
+            request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_pk)
+            node = MovementRequestNode.objects.select_for_update(of=("self",), no_key=True).get(
+                pk=node_pk
+            )
             node.request = request
             if (
                 node.node_state not in REAPED

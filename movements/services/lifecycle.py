@@ -69,7 +69,7 @@ def _authorize(actor: Actor, codename: str) -> None:
 def _lock_request(request: MovementRequest | Any) -> MovementRequest:
     pk = request.pk if isinstance(request, MovementRequest) else request
     try:
-        return MovementRequest.objects.select_for_update().get(pk=pk)
+        return MovementRequest.objects.select_for_update(no_key=True).get(pk=pk)
     except (MovementRequest.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"movement {pk} does not exist") from None
 

@@ -28,7 +28,9 @@ def node(request, key):
 
 
 def locking_statements(queries) -> list[str]:
-    return [q["sql"] for q in queries if "FOR UPDATE" in q["sql"]]
+    return [
+        q["sql"] for q in queries if "FOR UPDATE" in q["sql"] or "FOR NO KEY UPDATE" in q["sql"]
+    ]
 
 
 def completed(ctx):

@@ -4,10 +4,11 @@ SKIP LOCKED hands every node to exactly one of them."""
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services import execution
+from movements.services.lifecycle import _lock_request
 from movements.states import RequestState
 from tests.execution.conftest import assert_history_replays, ledger
 
@@ -19,14 +20,13 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
     errors: list[BaseException] = []
     claims: list[int] = []
     lock = threading.Lock()
-    original = execution.claim_ready_node
+    original = execution.claim_ready_nodes
 
     def recording_claim(**kwargs):
-        claim = original(**kwargs)
-        if claim is not None:
-            with lock:
-                claims.append(claim.node_id)
-        return claim
+        batch = original(**kwargs)
+        with lock:
+            claims.extend(claim.node_id for claim in batch)
+        return batch
 
     def work(name: str) -> None:
         try:
@@ -43,7 +43,7 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
         finally:
             connection.close()
 
-    execution.claim_ready_node = recording_claim
+    execution.claim_ready_nodes = recording_claim
     try:
         threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
         for thread in threads:
@@ -51,9 +51,10 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
         for thread in threads:
             thread.join(timeout=120)
     finally:
-        execution.claim_ready_node = original
+        execution.claim_ready_nodes = original
 
     assert errors == []
+    assert len(claims) == 3 * len(requests)  # every node of every movement, once
     assert len(claims) == len(set(claims)), "a node was claimed twice"
     assert set(MovementRequest.objects.values_list("request_state", flat=True)) == {
         RequestState.COMPLETED
@@ -67,3 +68,54 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
     for request in requests:
         request.refresh_from_db()
         assert_history_replays(request)
+
+
+def test_a_node_enters_submitting_while_its_request_is_locked_elsewhere(make_movement):
+    """An operator (or another worker's batch) holding the request must not hold back the
+    compare-and-set into SUBMITTING: if it did, the worker would wait holding the node's row,
+    which that holder may want next: a lock cycle."""
+    request = make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    locked, release, submitting = threading.Event(), threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    original_submit = claim.executor.submit
+
+    def submit(ctx):
+        submitting.set()
+        return original_submit(ctx)
+
+    claim.executor.submit = submit
+
+    def operator() -> None:
+        try:
+            with transaction.atomic():
+                _lock_request(request)  # the lock every operator action takes first
+                locked.set()
+                release.wait(timeout=20)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    def worker() -> None:
+        try:
+            execution.run_action(claim)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=operator)
+    holder.start()
+    assert locked.wait(timeout=10)
+    runner = threading.Thread(target=worker)
+    runner.start()
+    reached = submitting.wait(timeout=5)
+    release.set()
+    holder.join(timeout=20)
+    runner.join(timeout=20)
+
+    assert errors == []
+    assert reached, "entering SUBMITTING waited for the request lock"
+    node = MovementRequestNode.objects.get(pk=claim.node_id)
+    assert node.node_state == "COMPLETED"
