@@ -372,10 +372,6 @@ class _LeaseKeeper:
 # bad result never costs the others.
 
 
-class LeaseLost(Exception):
-    """The node is no longer ours (reaped, or moved by someone else): drop the result."""
-
-
 @dataclass
 class Locked:
     """A claimed node under its row lock, with its request and every current node of it."""
@@ -1025,7 +1021,6 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
 
 __all__ = [
     "Claim",
-    "LeaseLost",
     "attempt_idempotency_key",
     "claim_observable_node",
     "claim_observable_nodes",

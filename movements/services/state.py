@@ -40,13 +40,8 @@ def record_event(
     if deferred is not None:
         deferred.events.append(event)
         return event
-    columns, values = _event_row(event)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_EVENT_TABLE} ({', '.join(columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING {_EVENT_PK}",
-            values,
-        )
+        cursor.execute(_EVENT_INSERT, _event_row(event))
         event.pk = cursor.fetchone()[0]
     event._state.adding = False
     return event
@@ -64,6 +59,11 @@ def record_event(
 _EVENT_TABLE = connection.ops.quote_name(MovementEvent._meta.db_table)
 _EVENT_PK = connection.ops.quote_name(MovementEvent._meta.pk.column)
 _EVENT_FIELDS = [f for f in MovementEvent._meta.concrete_fields if not f.primary_key]
+_EVENT_COLUMNS = ", ".join(connection.ops.quote_name(f.column) for f in _EVENT_FIELDS)
+_EVENT_INSERT = (
+    f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS}) "
+    f"VALUES ({', '.join(['%s'] * len(_EVENT_FIELDS))}) RETURNING {_EVENT_PK}"
+)
 
 
 def _event(request, actor, node, kind, old_state, new_state, detail) -> MovementEvent:
@@ -80,10 +80,9 @@ def _event(request, actor, node, kind, old_state, new_state, detail) -> Movement
     )
 
 
-def _event_row(event: MovementEvent) -> tuple[list[str], list[Any]]:
-    columns = [connection.ops.quote_name(f.column) for f in _EVENT_FIELDS]
-    values = [f.get_db_prep_save(f.pre_save(event, True), connection) for f in _EVENT_FIELDS]
-    return columns, values
+def _event_row(event: MovementEvent) -> list[Any]:
+    """The event's column values, converted as ``save()`` would, in ``_EVENT_FIELDS`` order."""
+    return [f.get_db_prep_save(f.pre_save(event, True), connection) for f in _EVENT_FIELDS]
 
 
 _SQL_CACHE: dict[tuple, tuple[str, ...]] = {}
@@ -100,7 +99,6 @@ def _update_sql(
         assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
         guards = " AND ".join(f"{qn(c)} = %s" for c in guard_columns)
         update = f"UPDATE {table} SET {assignments} WHERE {guards}"
-        event_columns = ", ".join(qn(f.column) for f in _EVENT_FIELDS)
         if not event:
             sql = (update,)
         elif connection.vendor == "postgresql":
@@ -108,16 +106,11 @@ def _update_sql(
             typed = ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS)
             sql = (
                 f"WITH changed AS ({update} RETURNING 1) "
-                f"INSERT INTO {_EVENT_TABLE} ({event_columns}) SELECT {typed} FROM changed "
+                f"INSERT INTO {_EVENT_TABLE} ({_EVENT_COLUMNS}) SELECT {typed} FROM changed "
                 f"RETURNING {_EVENT_PK}",
             )
         else:
-            placeholders = ", ".join(["%s"] * len(_EVENT_FIELDS))
-            sql = (
-                update,
-                f"INSERT INTO {_EVENT_TABLE} ({event_columns}) VALUES ({placeholders}) "
-                f"RETURNING {_EVENT_PK}",
-            )
+            sql = (update, _EVENT_INSERT)
         _SQL_CACHE[key] = sql
     return sql
 
@@ -145,11 +138,6 @@ def _row_update(
     return (type(instance), tuple(columns), tuple(guard_columns)), [*values, *guard]
 
 
-def _stale(instance: Any) -> StaleState:
-    # Another writer moved the row since we read it. Nothing of this change is written.
-    return StaleState(f"{instance} was changed by someone else; reload and try again")
-
-
 def _guarded_update(
     instance: Any,
     state_field: str,
@@ -174,15 +162,16 @@ def _guarded_update(
             cursor.execute(sql[0], params)
             row = () if cursor.rowcount == 1 else None
         elif len(sql) == 1:
-            cursor.execute(sql[0], [*params, *_event_row(event)[1]])
+            cursor.execute(sql[0], [*params, *_event_row(event)])
             row = cursor.fetchone()
         else:
             cursor.execute(sql[0], params)
             if cursor.rowcount == 1:
-                cursor.execute(sql[1], _event_row(event)[1])
+                cursor.execute(sql[1], _event_row(event))
                 row = cursor.fetchone()
     if row is None:
-        raise _stale(instance)
+        # Another writer moved the row since we read it. Nothing of this change is written.
+        raise StaleState(f"{instance} was changed by someone else; reload and try again")
     if event is not None:
         event.pk = row[0]
         event._state.adding = False
@@ -229,7 +218,11 @@ class _Deferred:
             for key, param_list in statements.items():
                 cursor.executemany(_update_sql(*key, event=False)[0], param_list)
                 if cursor.rowcount != len(param_list):
-                    raise _stale(next(row[0] for row in rows if type(row[0]) is key[0]))
+                    # Another writer moved one of these rows since we read it.
+                    raise StaleState(
+                        f"{cursor.rowcount} of {len(param_list)} {key[0]._meta.verbose_name} "
+                        f"rows were still as read; reload and try again"
+                    )
         if events:
             MovementEvent.objects.bulk_create(events)
         for instance, *_ in rows:
