@@ -77,11 +77,11 @@ def fill(rows: int) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from movements.actors import Actor
     from movements.models import MovementRequest, MovementRequestNode
     from movements.permissions import OPERATORS, ensure_operator_groups
     from movements.services import movement_create
     from movements.states import NodeState, RequestState
+    from qtg.core.actors import Actor
 
     ensure_operator_groups()
     creator = User.objects.create_user("bench-creator")

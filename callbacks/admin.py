@@ -12,9 +12,9 @@ from django.utils.html import format_html
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
 from callbacks.services import delivery_redeliver
-from movements.actors import Actor
-from movements.exceptions import QTGError
-from qtg.admin_helpers import ReadOnlyInline, bulk_confirmation_context
+from qtg.core.actors import Actor
+from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.errors import QTGError
 
 
 class SubscriptionForm(forms.ModelForm):
@@ -84,7 +84,7 @@ class DeliveryAttemptInline(ReadOnlyInline):
 
 
 @admin.register(Delivery)
-class DeliveryAdmin(admin.ModelAdmin):
+class DeliveryAdmin(ReadOnlyModelAdmin):
     list_display = (
         "short_id",
         "event_type",
@@ -123,15 +123,6 @@ class DeliveryAdmin(admin.ModelAdmin):
     readonly_fields = fields
     inlines = [DeliveryAttemptInline]
     actions = ["redeliver_selected"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_redeliver_permission(self, request) -> bool:
         return request.user.has_perm("callbacks.redeliver_delivery")

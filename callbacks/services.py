@@ -32,9 +32,9 @@ from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
 from callbacks.targets import TargetRefused, pin_target_url
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, NotFound, NotPermitted
 from movements.models import MovementRequest
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, NotFound, NotPermitted
 
 __all__ = [
     "EVENT_TYPES",

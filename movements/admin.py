@@ -26,8 +26,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
 from callbacks.models import Delivery
-from movements import money
-from movements.actors import Actor
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
 from movements.admin_filters import (
     AssetFilter,
@@ -36,7 +34,6 @@ from movements.admin_filters import (
     TemplateFilter,
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
-from movements.exceptions import QTGError
 from movements.models import (
     MovementEvent,
     MovementRequest,
@@ -46,8 +43,11 @@ from movements.models import (
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
-from qtg.admin_helpers import ReadOnlyInline as BaseReadOnlyInline
-from qtg.admin_helpers import bulk_confirmation_context
+from qtg.core import money
+from qtg.core.actors import Actor
+from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
+from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.errors import QTGError
 from reservations.models import Reservation
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
@@ -217,7 +217,7 @@ class MovementChangeList(ChangeList):
 
 
 @admin.register(MovementRequest)
-class MovementRequestAdmin(admin.ModelAdmin):
+class MovementRequestAdmin(ReadOnlyModelAdmin):
     list_display_links = ("short_id",)
     list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
     list_select_related = ("created_by",)
@@ -355,15 +355,6 @@ class MovementRequestAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     # --- the movement page ------------------------------------------------------------------
-
-    def has_add_permission(self, request):
-        return False  # movements are created through the API or the services
-
-    def has_change_permission(self, request, obj=None):
-        return False  # state changes only through the actions
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # money movements are never deleted
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))
@@ -574,7 +565,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(RouteTemplate)
-class RouteTemplateAdmin(admin.ModelAdmin):
+class RouteTemplateAdmin(ReadOnlyModelAdmin):
     list_display = ("key", "version", "name", "is_active", "loaded_at", "checksum")
     list_filter = ("key", "is_active")
     readonly_fields = (
@@ -588,12 +579,3 @@ class RouteTemplateAdmin(admin.ModelAdmin):
         "is_active",
         "loaded_at",
     )
-
-    def has_add_permission(self, request):
-        return False  # templates are reviewed files, loaded by route_templates_sync
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -9,15 +9,16 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin
 
-from movements.actors import ActorType
 from movements.fsm import state_machine_base
-from movements.money import format_amount
 from movements.states import (
     NODE_TRANSITIONS,
     REQUEST_TRANSITIONS,
     NodeState,
     RequestState,
 )
+from qtg.core.actors import ActorType
+from qtg.core.models import AppendOnlyModel
+from qtg.core.money import MONEY, format_amount
 
 RequestStateMachine = state_machine_base(
     name="RequestStateMachine",
@@ -36,8 +37,6 @@ NodeStateMachine = state_machine_base(
     initial=NodeState.BLOCKED,
     module=__name__,
 )
-
-MONEY = {"max_digits": 38, "decimal_places": 18}
 
 
 class NodeKind(models.TextChoices):
@@ -253,15 +252,7 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
         return self.kind == NodeKind.MANUAL_GATE
 
 
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("Movement events are append-only")
-
-    def delete(self):
-        raise TypeError("Movement events are append-only")
-
-
-class MovementEvent(models.Model):
+class MovementEvent(AppendOnlyModel):
     """One audit record: a state transition, or evidence recorded without a state change."""
 
     class Kind(models.TextChoices):
@@ -286,19 +277,9 @@ class MovementEvent(models.Model):
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
-    objects = AppendOnlyQuerySet.as_manager()
-
     class Meta:
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
         subject = self.node_key or "request"
         return f"{subject}: {self.old_state or '-'} -> {self.new_state or '-'}"
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise TypeError("Movement events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError("Movement events are append-only")

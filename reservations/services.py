@@ -18,11 +18,11 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, InvalidInput, NotFound, NotPermitted, QTGError
 from movements.models import MovementRequest
-from movements.money import format_amount
 from movements.states import TERMINAL_REQUEST_STATES
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, InvalidInput, NotFound, NotPermitted, QTGError
+from qtg.core.money import format_amount
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 
 VELOCITY_WINDOW = timedelta(hours=24)

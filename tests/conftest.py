@@ -4,8 +4,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 
-from movements.actors import Actor
 from movements.services import movement_approve, movement_create
+from qtg.core.actors import Actor
 from reservations.services import hardcap_ensure
 
 ALL_MOVEMENT_PERMS = [

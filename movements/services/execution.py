@@ -45,8 +45,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from callbacks.services import subscriptions_read_once
-from movements.actors import Actor
-from movements.exceptions import StaleState
 from movements.executors import get_executor
 from movements.executors.base import (
     DeterministicError,
@@ -71,6 +69,8 @@ from movements.services.state import (
     set_request_state,
 )
 from movements.states import IN_FLIGHT_NODE_STATES, NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import StaleState
 
 logger = logging.getLogger(__name__)
 

@@ -16,17 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from movements.actors import Actor
 from movements.compiler import compile_plan
-from movements.exceptions import (
-    ActionRefused,
-    IdempotencyConflict,
-    InvalidInput,
-    NotFound,
-    NotPermitted,
-    QTGError,
-    TemplateInvalid,
-)
 from movements.models import (
     MovementEvent,
     MovementPlanEdge,
@@ -50,6 +40,16 @@ from movements.states import (
     RUNNING_NODE_STATES,
     NodeState,
     RequestState,
+)
+from qtg.core.actors import Actor
+from qtg.core.errors import (
+    ActionRefused,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    QTGError,
+    TemplateInvalid,
 )
 from reservations.services import ReservationRefused, reservation_hold
 

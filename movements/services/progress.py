@@ -4,7 +4,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from callbacks.services import callback_enqueue
-from movements.actors import Actor, resolve_actor
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes as _read_current_nodes
@@ -22,6 +21,7 @@ from movements.states import (
     RequestState,
     can_transition_request_state,
 )
+from qtg.core.actors import Actor, resolve_actor
 
 
 @dataclass(frozen=True)

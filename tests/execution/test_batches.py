@@ -12,12 +12,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from movements.actors import Actor
-from movements.exceptions import StaleState
 from movements.executors.base import Observation, ObservedStatus
 from movements.models import MovementEvent, MovementRequestNode
 from movements.services import execution, save_fields, set_node_state
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import StaleState
 from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
 
 pytestmark = pytest.mark.django_db

@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from movements.actors import Actor
 from movements.executors.base import DeterministicError, TransientError
 from movements.models import MovementEvent, MovementRequestNode
 from movements.services import execution, manual_gate_resume
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
 from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from movements.actors import Actor
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services import manual_gate_resume, movement_approve, movement_create
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
 from tests.execution.conftest import assert_history_replays, ledger, node_path, wait_for
 
 pytestmark = [
