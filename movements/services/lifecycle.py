@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from movements import interface
 from movements.compiler import compile_plan
 from movements.models import (
     MovementEvent,
@@ -49,9 +50,9 @@ from qtg.core.errors import (
     NotFound,
     NotPermitted,
     QTGError,
+    ReservationRefused,
     TemplateInvalid,
 )
-from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
@@ -319,7 +320,7 @@ def _create(
     request.params = plan.params
     request.save(update_fields=["template", "template_version", "params", "updated_at"])
     try:
-        reservation_hold(request=request, actor=actor)
+        interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
         return _fail_validation(request, actor, exc)
     _build_plan(request, plan)
