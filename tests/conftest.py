@@ -23,7 +23,8 @@ ALL_MOVEMENT_PERMS = [
 
 
 def pytest_configure(config):
-    # Real hashing costs ~100 ms per user; tests create many users.
+    # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
+    # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 

@@ -162,15 +162,7 @@ def _build_plan(request: MovementRequest, plan: Any) -> None:
         for s, t in plan.edges
     )
     MovementRequestNode.objects.bulk_create(
-        MovementRequestNode(
-            request=request,
-            plan_node=plan_node,
-            node_key=plan_node.key,
-            kind=plan_node.kind,
-            executor=plan_node.executor,
-            has_side_effect=plan_node.has_side_effect,
-            signing_required=plan_node.signing_required,
-        )
+        MovementRequestNode.attempt_of(plan_node, request=request)
         for plan_node in plan_nodes.values()
     )
 
@@ -618,16 +610,10 @@ def intervention_retry(
         )
     failed.is_current = False
     failed.save(update_fields=["is_current", "updated_at"])
-    attempt = MovementRequestNode.objects.create(
-        request=request,
-        plan_node=failed.plan_node,
-        node_key=failed.node_key,
-        kind=failed.kind,
-        executor=failed.executor,
-        has_side_effect=failed.has_side_effect,
-        signing_required=failed.signing_required,
-        attempt=failed.attempt + 1,
+    attempt = MovementRequestNode.attempt_of(
+        failed.plan_node, request=request, attempt=failed.attempt + 1
     )
+    attempt.save()
     record_event(
         request=request,
         node=failed,
