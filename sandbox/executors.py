@@ -5,7 +5,7 @@ real venues leaves this app out of INSTALLED_APPS (or chooses per name in
 """
 
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any, TypeVar
 
 from movements.executors.base import (
@@ -71,6 +71,25 @@ def _require_amount(ctx: ExecutionContext) -> None:
         raise DeterministicError(f"amount must be a positive decimal, got {ctx.amount!r}")
 
 
+# The smallest unit an amount is split into (an 18-decimal token's).
+SPLIT_UNIT = Decimal("1e-18")
+
+
+def _leg_amount(ctx: ExecutionContext) -> Decimal:
+    """The amount this node moves: the whole amount, or with ``part: "k/n"`` in its config the
+    k-th of n equal parts, the last taking what rounding left, so the parts add up exactly."""
+    part = str(ctx.config.get("part") or "")
+    if not part:
+        return ctx.amount
+    k, _, n = part.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise DeterministicError(f"node {ctx.node_key}: part must be k/n, got {part!r}")
+    share = (ctx.amount / int(n)).quantize(SPLIT_UNIT, rounding=ROUND_DOWN)
+    if int(k) < int(n):
+        return share
+    return ctx.amount - share * (int(n) - 1)
+
+
 def _upstream(ctx: ExecutionContext, *, executor: str = "", key: str = "") -> Upstream:
     if key and key in ctx.upstream:
         return ctx.upstream[key]
@@ -134,7 +153,7 @@ class CexWithdraw(Executor):
             venue=ctx.config["venue"],
             client_key=ctx.idempotency_key,
             asset=ctx.asset,
-            amount=ctx.amount,
+            amount=_leg_amount(ctx),
             address=ctx.config["to"],
             network=ctx.config["network"],
             fault=_fault(ctx),
@@ -142,7 +161,11 @@ class CexWithdraw(Executor):
         return Submitted(
             withdrawal.withdrawal_id,
             done=True,
-            detail={"withdrawal_id": withdrawal.withdrawal_id, "venue": withdrawal.venue},
+            detail={
+                "withdrawal_id": withdrawal.withdrawal_id,
+                "venue": withdrawal.venue,
+                "amount": str(withdrawal.amount),
+            },
         )
 
     def recover(self, ctx: ExecutionContext) -> Recovery:
@@ -198,19 +221,27 @@ class CexDepositObserve(Executor):
     """Watch the deposit arrive: credited once its transaction is final on its network."""
 
     def observe(self, ctx: ExecutionContext) -> Observation:
-        venues = _venues()
         _require_config(ctx, "venue")
-        watched = [
-            n
-            for n in ctx.upstream.values()
-            if n.executor == "cex_withdrawal_observe" and n.result.get("tx_hash")
-        ]
-        # The withdrawal observer already learnt the tx hash; otherwise ask the exchange.
-        tx_hash = (
-            watched[0].result["tx_hash"]
-            if watched
-            else _tx_hash_of(ctx, _upstream(ctx, executor="cex_withdraw"))
-        )
+        observers = [n for n in ctx.upstream.values() if n.executor == "cex_withdrawal_observe"]
+        if len(observers) <= 1:
+            # The withdrawal observer already learnt the tx hash; otherwise ask the exchange.
+            known = observers[0].result.get("tx_hash") if observers else ""
+            tx_hash = known or _tx_hash_of(ctx, _upstream(ctx, executor="cex_withdraw"))
+            return self._deposit(ctx, tx_hash)
+        # Several withdrawals feed this deposit (a split): credited once every one of them is.
+        hashes = [n.result.get("tx_hash") or "" for n in observers]
+        if not all(hashes):
+            return Observation(ObservedStatus.PENDING, detail={"waiting_for": "withdrawal txs"})
+        credited = {}
+        for tx_hash in hashes:
+            observation = self._deposit(ctx, tx_hash)
+            if observation.status != ObservedStatus.COMPLETED:
+                return observation
+            credited[tx_hash] = observation.detail
+        return Observation(ObservedStatus.COMPLETED, ",".join(hashes), {"deposits": credited})
+
+    def _deposit(self, ctx: ExecutionContext, tx_hash: str) -> Observation:
+        venues = _venues()
         if not tx_hash:
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "withdrawal tx"})
         deposit = _venue_call(

@@ -3,7 +3,18 @@
 
 from dataclasses import dataclass
 
-FAULTS = ("submit_timeout_landed", "submit_timeout_lost", "fail", "observe_fail", "delay", "reorg")
+FAULTS = (
+    "submit_timeout_landed",
+    "submit_timeout_lost",
+    "fail",
+    "observe_fail",
+    "delay",
+    "reorg",
+    "submit_delay",
+)
+# Faults that take seconds (``delay:5``), and the most a fault may ask for.
+TIMED_FAULTS = ("delay", "submit_delay")
+MAX_FAULT_SECONDS = 3600.0
 
 
 class UnknownFault(ValueError):
@@ -26,19 +37,25 @@ NO_FAULT = Fault()
 
 
 def parse_fault(raw: str | None) -> Fault:
-    """``""`` -> no fault; ``"delay:2.5"`` -> Fault("delay", 2.5); anything unknown is refused."""
+    """``""`` -> no fault; ``"delay:2.5"`` -> Fault("delay", 2.5); anything unknown is refused.
+
+    ``delay:<s>``: the venue shows the outcome only ``s`` seconds after the call.
+    ``submit_delay:<s>``: the submit call itself takes ``s`` seconds, then succeeds (a slow
+    venue, to prove a worker keeps the lease of a call in progress)."""
     if not raw:
         return NO_FAULT
     name, _, arg = str(raw).partition(":")
     if name not in FAULTS:
         raise UnknownFault(f"unknown sandbox fault {raw!r} (known: {', '.join(FAULTS)})")
-    if name == "delay":
+    if name in TIMED_FAULTS:
         try:
             seconds = float(arg)
         except ValueError:
-            raise UnknownFault(f"sandbox fault {raw!r}: delay takes seconds (delay:5)") from None
-        if seconds < 0:
-            raise UnknownFault(f"sandbox fault {raw!r}: delay must not be negative")
+            raise UnknownFault(f"sandbox fault {raw!r}: {name} takes seconds ({name}:5)") from None
+        if not 0 <= seconds <= MAX_FAULT_SECONDS:
+            raise UnknownFault(
+                f"sandbox fault {raw!r}: {name} takes 0 to {MAX_FAULT_SECONDS:g} seconds"
+            )
         return Fault(name, seconds)
     if arg:
         raise UnknownFault(f"sandbox fault {raw!r} takes no argument")

@@ -67,6 +67,8 @@ def _after(fault: Fault) -> None:
 
 
 def _before(fault: Fault) -> None:
+    if fault.is_("submit_delay"):
+        time.sleep(fault.seconds)  # a slow venue: the call takes this long, then succeeds
     if fault.is_("fail"):
         raise VenueRejected("the venue rejected the request (sandbox fault 'fail')")
     if fault.is_("submit_timeout_lost"):

@@ -3,11 +3,21 @@
 from collections.abc import Iterable
 from typing import Any
 
-from movements.states import RUNNING_NODE_STATES, NodeState, RequestState
+from movements.states import (
+    IN_FLIGHT_NODE_STATES,
+    RUNNING_NODE_STATES,
+    NodeState,
+    RequestState,
+)
 
 
 def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
     """The spec's derivation, in its priority order; None means 'no change yet'.
+
+    One extension (DESIGN.md §3, money safety): while a side-effect node may still be moving
+    money (``money_may_be_moving``), no FAILED is derived (nor COMPLETED, which cannot hold
+    then anyway): a FAILED sibling waits for it to settle, and then the spec's priorities
+    apply unchanged (MANUAL_INTERVENTION if a side effect completed, FAILED otherwise).
 
     Reads only ``node_state``, ``has_side_effect`` and ``node_key`` of each node.
     """
@@ -23,8 +33,10 @@ def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
     if failed or unknown:
         if completed_with_side_effect:
             return RequestState.MANUAL_INTERVENTION
-        if failed:
+        if failed and not money_may_be_moving(nodes):
             return RequestState.FAILED
+        if failed:
+            return None
 
     waiting_at_gate = any(
         node.node_state == NodeState.READY and node.node_key.startswith("manual_") for node in nodes
@@ -32,6 +44,14 @@ def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
     if waiting_at_gate and not any(node.node_state in RUNNING_NODE_STATES for node in nodes):
         return RequestState.WAITING_MANUAL_ACTION
     return None
+
+
+def money_may_be_moving(nodes: Iterable[Any]) -> bool:
+    """A side-effect node is between dispatch and a settled outcome: PREPARING,
+    AWAITING_SIGNATURE, SUBMITTING, SUBMITTED, OBSERVING (a submitted transfer being watched
+    to finality) or UNKNOWN. DESIGN.md lists all of these but OBSERVING; an action node
+    observes its own transfer in OBSERVING, when money has certainly left, so it counts too."""
+    return any(node.has_side_effect and node.node_state in IN_FLIGHT_NODE_STATES for node in nodes)
 
 
 def has_completed_side_effect(nodes: Iterable[Any]) -> bool:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from movements.services import derive_request_state, should_release_reservation
-from movements.states import RUNNING_NODE_STATES, NodeState, RequestState
+from movements.states import IN_FLIGHT_NODE_STATES, RUNNING_NODE_STATES, NodeState, RequestState
 
 NS = NodeState
 
@@ -39,6 +39,41 @@ SUMMARY_TABLE = [
         RequestState.MANUAL_INTERVENTION,
     ),
     ("failed, no side effect completed", [N(NS.FAILED, True), N(NS.BLOCKED)], RequestState.FAILED),
+    *[
+        (
+            f"failed while a sibling side effect is {state}",
+            [N(NS.FAILED, True), N(state, True)],
+            None,
+        )
+        for state in (
+            NS.PREPARING,
+            NS.AWAITING_SIGNATURE,
+            NS.SUBMITTING,
+            NS.SUBMITTED,
+            NS.OBSERVING,
+            NS.UNKNOWN,
+        )
+    ],
+    (
+        "failed while a read-only sibling is still observing",
+        [N(NS.FAILED, True), N(NS.OBSERVING, False)],
+        RequestState.FAILED,
+    ),
+    (
+        "failed, and the sibling side effect settled as completed",
+        [N(NS.FAILED, True), N(NS.COMPLETED, True)],
+        RequestState.MANUAL_INTERVENTION,
+    ),
+    (
+        "failed, and the sibling side effect failed too",
+        [N(NS.FAILED, True), N(NS.FAILED, True), N(NS.BLOCKED)],
+        RequestState.FAILED,
+    ),
+    (
+        "failed after a completed side effect while another is submitted",
+        [N(NS.COMPLETED, True), N(NS.FAILED), N(NS.SUBMITTED, True)],
+        RequestState.MANUAL_INTERVENTION,
+    ),
     (
         "failed next to a completed read-only node",
         [N(NS.COMPLETED, False), N(NS.FAILED)],
@@ -89,11 +124,14 @@ def test_derivation_priorities_hold_for_any_node_set(nodes):
     all_done = all(s in (NS.COMPLETED, NS.SKIPPED) for s in states)
     broken = any(s in (NS.FAILED, NS.UNKNOWN) for s in states)
     side_effect_done = any(n.node_state == NS.COMPLETED and n.has_side_effect for n in nodes)
+    moving = any(n.has_side_effect and n.node_state in IN_FLIGHT_NODE_STATES for n in nodes)
 
     if all_done:
         assert derived == RequestState.COMPLETED
     elif broken and side_effect_done:
         assert derived == RequestState.MANUAL_INTERVENTION
+    elif NS.FAILED in states and moving:
+        assert derived is None
     elif NS.FAILED in states:
         assert derived == RequestState.FAILED
     elif derived == RequestState.WAITING_MANUAL_ACTION:
@@ -108,6 +146,12 @@ def test_a_movement_with_money_out_never_derives_a_safe_failure(nodes):
     side_effect_done = any(n.node_state == NS.COMPLETED and n.has_side_effect for n in nodes)
     if side_effect_done:
         assert derive_request_state(nodes) != RequestState.FAILED
+
+
+@given(st.lists(node_strategy, min_size=1, max_size=8))
+def test_nothing_terminal_is_derived_while_money_may_be_moving(nodes):
+    if any(n.has_side_effect and n.node_state in IN_FLIGHT_NODE_STATES for n in nodes):
+        assert derive_request_state(nodes) not in (RequestState.FAILED, RequestState.COMPLETED)
 
 
 @pytest.mark.parametrize("state", [RequestState.REJECTED, RequestState.EXPIRED])
