@@ -36,7 +36,7 @@ PARAM_TYPES: dict[str, tuple[type, ...]] = {
     "boolean": (bool,),
     "object": (dict,),
 }
-TEMPLATE_FIELDS = {"key", "version", "name", "description", "params", "nodes"}
+TEMPLATE_FIELDS = {"key", "version", "name", "description", "params", "nodes", "assets"}
 NODE_FIELDS = {
     "key",
     "kind",
@@ -179,6 +179,11 @@ def validate_template(definition: Any) -> dict[str, Any]:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _fail(name, "version must be a positive integer")
     params = _validate_params(name, definition.get("params"))
+    assets = definition.get("assets", [])
+    if not isinstance(assets, list) or not all(
+        isinstance(asset, str) and asset.strip() for asset in assets
+    ):
+        raise _fail(name, "assets must be a list of asset codes (the only assets it moves)")
     raw_nodes = definition.get("nodes")
     if not raw_nodes:
         raise _fail(name, "empty plan: a template needs at least one node")
@@ -254,6 +259,7 @@ def validate_template(definition: Any) -> dict[str, Any]:
         "name": str(definition.get("name", definition["key"])),
         "description": str(definition.get("description", "")),
         "params": params,
+        "assets": sorted({asset.strip().upper() for asset in assets}),
         "nodes": nodes,
     }
 
@@ -334,7 +340,12 @@ def compile_plan(
     destination: str,
     params: dict[str, Any] | None,
 ) -> CompiledPlan:
-    """Bind a validated template to one request: the plan snapshot the request will run."""
+    """Bind a validated template to one request: the plan snapshot the request will run.
+    Whatever the template itself rules out (an asset it cannot move, a param it refuses) is
+    refused here, when the movement is created, not found later by a venue."""
+    assets = template.get("assets") or []
+    if assets and asset not in assets:
+        raise _fail(template["key"], f"this route moves {', '.join(assets)} only, not {asset}")
     bound = bind_params(template, params)
     context = request_context(
         asset=asset, amount=amount, source=source, destination=destination, params=bound
