@@ -132,6 +132,14 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
             ("retry_node", "Can retry a failed node of a movement in manual intervention"),
             ("force_complete_movement", "Can force-complete a movement in manual intervention"),
             ("force_fail_movement", "Can force-fail a movement in manual intervention"),
+            (
+                "cancel_in_transit",
+                "Can cancel a movement after a side effect completed (funds in transit)",
+            ),
+            (
+                "handle_attention",
+                "Can snooze, resolve or stop watching a movement that needs attention",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -301,3 +309,55 @@ class MovementEvent(AppendOnlyModel):
     def __str__(self) -> str:
         subject = self.node_key or "request"
         return f"{subject}: {self.old_state or '-'} -> {self.new_state or '-'}"
+
+
+class AttentionReason(models.TextChoices):
+    STUCK = "stuck", "Stuck longer than expected"
+    LATE_RESULT = "late_result", "A late result contradicts a concluded outcome"
+
+
+class MovementAttention(models.Model):
+    """Something about a movement an operator must look at, raised once (not once per poll):
+    a node stuck longer than its executor expects, or a venue answer that contradicts what was
+    concluded. Open until resolved; a snoozed one needs nobody until ``snoozed_until``."""
+
+    request = models.ForeignKey(
+        MovementRequest, on_delete=models.PROTECT, related_name="attentions"
+    )
+    node = models.ForeignKey(
+        MovementRequestNode,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="attentions",
+    )
+    node_key = models.CharField(max_length=64, blank=True)
+    reason = models.CharField(max_length=32, choices=AttentionReason.choices)
+    message = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    since = models.DateTimeField(help_text="When the condition began.")
+    raised_at = models.DateTimeField(default=timezone.now)
+    snoozed_until = models.DateTimeField(null=True, blank=True)
+    snooze_reason = models.TextField(blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.TextField(blank=True)
+    handled_by = models.CharField(max_length=160, blank=True)
+
+    class Meta:
+        ordering = ["raised_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "reason"],
+                condition=Q(resolved_at__isnull=True),
+                name="one_open_attention_per_node_and_reason",
+            ),
+        ]
+        indexes = [models.Index(fields=["resolved_at", "snoozed_until"])]
+
+    def __str__(self) -> str:
+        return f"{self.node_key or 'movement'}: {self.get_reason_display()}"
+
+    def needs_someone(self, now: Any = None) -> bool:
+        if self.resolved_at is not None:
+            return False
+        return self.snoozed_until is None or self.snoozed_until <= (now or timezone.now())

@@ -208,6 +208,9 @@ QTG_DISPATCH_BATCH = int(os.environ.get("QTG_DISPATCH_BATCH", "50"))
 # step's results for the batch in one transaction, or sooner once QTG_RESULT_WRITE_SECONDS
 # have gone by since its last write; sweeps fanned out to other workers take other batches.
 QTG_CLAIM_BATCH = int(os.environ.get("QTG_CLAIM_BATCH", "50"))
+# A node SUBMITTED, OBSERVING or UNKNOWN longer than this (unless its executor says otherwise)
+# makes its movement need attention: shown in "Needs me", one request_attention callback.
+QTG_STUCK_AFTER_SECONDS = float(os.environ.get("QTG_STUCK_AFTER_SECONDS", "1800"))
 QTG_RESULT_WRITE_SECONDS = float(os.environ.get("QTG_RESULT_WRITE_SECONDS", "1"))
 QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
 

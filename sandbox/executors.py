@@ -137,6 +137,7 @@ class CexWithdraw(Executor):
     sync-terminal submit); the following observe nodes watch the funds travel."""
 
     needs_upstream = False
+    external_ref_name = "withdrawal id"
 
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         _venues()
@@ -286,6 +287,8 @@ class SignedChainAction(Executor):
     """An on-chain action: sign once, persist the bytes, broadcast them; any retry or recovery
     re-broadcasts the same bytes and never signs again. Complete once included in a block;
     finality is watched by the node after it."""
+
+    external_ref_name = "transaction hash"
 
     def payload(self, ctx: ExecutionContext) -> dict[str, Any]:
         raise NotImplementedError

@@ -18,6 +18,8 @@ ALL_MOVEMENT_PERMS = [
     "retry_node",
     "force_complete_movement",
     "force_fail_movement",
+    "cancel_in_transit",
+    "handle_attention",
     "view_movementrequest",
 ]
 

@@ -145,6 +145,21 @@ class Executor:
     poll_seconds: float | None = None
     # Whether the context must carry the other nodes of the request (one query less if not).
     needs_upstream: bool = True
+    # How long a node may wait on the venue (SUBMITTED, OBSERVING, UNKNOWN) before an operator
+    # is asked to look; None: ``settings.QTG_STUCK_AFTER_SECONDS``.
+    stuck_after_seconds: float | None = None
+    # How long after a submit began the venue may still not show it: "not found" proves that
+    # a submit never happened only once this window has passed (and the venue was asked again).
+    visibility_seconds: float = 0.0
+    # What the venue calls the reference of a submit (withdrawal id, transaction hash), when
+    # the nodes after this one need it: whoever settles an UNKNOWN node as SUBMITTED or
+    # COMPLETED by hand must give it.
+    external_ref_name: str = ""
+
+    @classmethod
+    def can_observe(cls) -> bool:
+        """Whether a submitted node of this executor can be watched until it settles."""
+        return cls.observe is not Executor.observe
 
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         return Prepared()

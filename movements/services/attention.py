@@ -1,0 +1,261 @@
+"""Attention: what an operator must look at, raised once and handled by a person.
+
+A node SUBMITTED, OBSERVING or UNKNOWN for longer than its executor expects (a deposit that
+never arrives, a venue that keeps failing) is not a failure anybody may conclude by itself:
+money may be in flight. Instead the movement *needs attention*: it shows in the console's
+"Needs me" with the reason, one ``request_attention`` callback is sent, and the API lists the
+open entries. A supervisor snoozes it (with a reason, until a time), resolves it (with a
+note), or stops watching the node (the observe node goes FAILED with that evidence, and the
+movement reaches MANUAL_INTERVENTION and its rescue paths).
+"""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from movements import interface
+from movements.executors import get_executor
+from movements.models import (
+    AttentionReason,
+    MovementAttention,
+    MovementRequest,
+    MovementRequestNode,
+    NodeKind,
+)
+from movements.services.lifecycle import _authorize, _lock_request, _require_reason
+from movements.services.progress import apply_request_state_from_nodes, current_nodes
+from movements.services.state import record_event, set_node_state
+from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, InvalidInput, NotFound
+
+# Nodes that wait on the outside world: how long is "too long" is the executor's to say.
+WATCHED_NODE_STATES = (NodeState.SUBMITTED, NodeState.OBSERVING, NodeState.UNKNOWN)
+WATCHED_REQUEST_STATES = (
+    RequestState.EXECUTING,
+    RequestState.WAITING_MANUAL_ACTION,
+    RequestState.MANUAL_INTERVENTION,
+)
+
+
+def open_attentions(request: MovementRequest, *, now: datetime | None = None) -> list:
+    """The entries that need someone now (open and not snoozed), oldest first."""
+    now = now or timezone.now()
+    return list(
+        request.attentions.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .order_by("since", "id")
+    )
+
+
+def needing_attention_q(now: datetime | None = None) -> Q:
+    """Movements with at least one entry that needs someone now (for list filters)."""
+    now = now or timezone.now()
+    return Q(
+        attentions__resolved_at__isnull=True,
+    ) & (Q(attentions__snoozed_until__isnull=True) | Q(attentions__snoozed_until__lte=now))
+
+
+def stuck_after(executor: str) -> timedelta:
+    """How long a node of ``executor`` may wait before it is stuck: the executor's own
+    ``stuck_after_seconds``, else ``QTG_STUCK_AFTER_SECONDS``."""
+    try:
+        seconds = get_executor(executor).stuck_after_seconds
+    except LookupError:
+        seconds = None
+    return timedelta(seconds=seconds or settings.QTG_STUCK_AFTER_SECONDS)
+
+
+def attention_raise(
+    *,
+    request: MovementRequest,
+    node: MovementRequestNode | None,
+    reason: str,
+    message: str,
+    since: datetime,
+    actor: Actor,
+    evidence: dict[str, Any] | None = None,
+) -> MovementAttention | None:
+    """Raise an entry unless one is already open for this node and reason (snoozed or not):
+    then nothing is written and None is returned. The caller holds the request's lock."""
+    if (
+        node is not None
+        and MovementAttention.objects.filter(
+            node=node, reason=reason, resolved_at__isnull=True
+        ).exists()
+    ):
+        return None
+    attention = MovementAttention.objects.create(
+        request=request,
+        node=node,
+        node_key=node.node_key if node is not None else "",
+        reason=reason,
+        message=message,
+        evidence=evidence or {},
+        since=since,
+    )
+    detail = {"attention": reason, "message": message, "since": since.isoformat()}
+    record_event(request=request, node=node, actor=actor, detail={**detail, **(evidence or {})})
+    interface.callbacks().enqueue(
+        request=request,
+        event_type="request_attention",
+        data={**detail, "node_key": attention.node_key},
+    )
+    return attention
+
+
+def detect_stuck_nodes(*, now: datetime | None = None, actor: Actor | None = None) -> int:
+    """Raise attention for every watched node waiting longer than its executor expects (once;
+    after an entry was resolved, the wait counts again from the resolution). Returns how
+    many entries were raised."""
+    now = now or timezone.now()
+    actor = actor or Actor.system("stuck-detector")
+    candidates = (
+        MovementRequestNode.objects.current()
+        .filter(
+            node_state__in=WATCHED_NODE_STATES,
+            request__request_state__in=WATCHED_REQUEST_STATES,
+        )
+        .exclude(attentions__reason=AttentionReason.STUCK, attentions__resolved_at__isnull=True)
+        .annotate(
+            last_resolved=Max(
+                "attentions__resolved_at", filter=Q(attentions__reason=AttentionReason.STUCK)
+            )
+        )
+        .values_list("pk", "request_id", "executor", "state_changed_at", "last_resolved")
+    )
+    thresholds: dict[str, timedelta] = {}
+    raised = 0
+    for node_pk, request_pk, executor, entered, last_resolved in candidates:
+        if executor not in thresholds:
+            thresholds[executor] = stuck_after(executor)
+        since = max(entered, last_resolved) if last_resolved else entered
+        if now - since < thresholds[executor]:
+            continue
+        with transaction.atomic():
+            request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_pk)
+            node = MovementRequestNode.objects.get(pk=node_pk)
+            if node.node_state not in WATCHED_NODE_STATES or not node.is_current:
+                continue
+            node.request = request
+            waited = int((now - since).total_seconds())
+            attention = attention_raise(
+                request=request,
+                node=node,
+                reason=AttentionReason.STUCK,
+                message=(
+                    f"{node.node_key} has been {node.node_state} for {waited} s, longer than "
+                    f"the {int(thresholds[executor].total_seconds())} s {executor} is "
+                    f"expected to take"
+                ),
+                since=since,
+                actor=actor,
+                evidence={
+                    "node_state": node.node_state,
+                    "executor": executor,
+                    "stuck_after_seconds": thresholds[executor].total_seconds(),
+                    "last_error": node.last_error[:500],
+                },
+            )
+            raised += attention is not None
+    return raised
+
+
+def _open_entry(request: MovementRequest, attention_id: Any) -> MovementAttention:
+    try:
+        return request.attentions.select_for_update(no_key=True).get(
+            pk=attention_id, resolved_at__isnull=True
+        )
+    except (MovementAttention.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"movement has no open attention entry {attention_id!r}") from None
+
+
+@transaction.atomic
+def attention_snooze(
+    *, request: MovementRequest | Any, attention_id: Any, until: datetime, reason: str, actor: Actor
+) -> MovementAttention:
+    """Nobody is asked about the entry until ``until`` (a reason is recorded)."""
+    _authorize(actor, "handle_attention")
+    reason = _require_reason(reason, "snooze")
+    if until is None or until <= timezone.now():
+        raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
+    request = _lock_request(request)
+    attention = _open_entry(request, attention_id)
+    attention.snoozed_until, attention.snooze_reason = until, reason
+    attention.handled_by = str(actor)
+    attention.save(update_fields=["snoozed_until", "snooze_reason", "handled_by"])
+    record_event(
+        request=request,
+        node=attention.node,
+        actor=actor,
+        detail={
+            "attention_snoozed": attention.reason,
+            "until": until.isoformat(),
+            "reason": reason,
+        },
+    )
+    return attention
+
+
+@transaction.atomic
+def attention_resolve(
+    *, request: MovementRequest | Any, attention_id: Any, note: str, actor: Actor
+) -> MovementAttention:
+    """Close the entry with a note; a node still waiting is stuck again only after another
+    full wait from now."""
+    _authorize(actor, "handle_attention")
+    note = _require_reason(note, "resolve")
+    request = _lock_request(request)
+    attention = _open_entry(request, attention_id)
+    attention.resolved_at, attention.resolution = timezone.now(), note
+    attention.handled_by = str(actor)
+    attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
+    record_event(
+        request=request,
+        node=attention.node,
+        actor=actor,
+        detail={"attention_resolved": attention.reason, "note": note},
+    )
+    return attention
+
+
+@transaction.atomic
+def attention_stop_watching(
+    *, request: MovementRequest | Any, node_key: str, reason: str, actor: Actor
+) -> MovementRequest:
+    """Give up waiting on an observe node: it goes FAILED with the operator's evidence, its
+    open entries are resolved, and the movement is derived again (MANUAL_INTERVENTION when a
+    side effect completed, where the rescue paths are)."""
+    _authorize(actor, "handle_attention")
+    reason = _require_reason(reason, "stop watching")
+    request = _lock_request(request)
+    nodes = current_nodes(request, lock=True)
+    node = next((n for n in nodes if n.node_key == node_key), None)
+    if node is None:
+        raise NotFound(f"movement has no node {node_key!r}")
+    if node.kind != NodeKind.OBSERVE or node.node_state != NodeState.OBSERVING:
+        raise ActionRefused(
+            f"only an OBSERVING observe node can stop being watched; {node_key} is "
+            f"{node.node_state}",
+            details={"current_state": node.node_state},
+        )
+    node.lease_owner, node.lease_expires_at = "", None
+    node.last_error = f"stopped watching: {reason}"
+    set_node_state(
+        node=node,
+        new_state=NodeState.FAILED,
+        actor=actor,
+        detail={"resolution": "stopped watching", "reason": reason},
+        update_fields=["lease_owner", "lease_expires_at", "last_error"],
+    )
+    now = timezone.now()
+    for attention in MovementAttention.objects.filter(node=node, resolved_at__isnull=True):
+        attention.resolved_at, attention.handled_by = now, str(actor)
+        attention.resolution = f"stopped watching: {reason}"
+        attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
+    apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
+    return request
