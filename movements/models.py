@@ -228,6 +228,12 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
     signed_payload = models.TextField(blank=True)
     external_ref = models.CharField(max_length=200, blank=True, db_index=True)
     last_error = models.TextField(blank=True)
+    # Venue errors in a row while watching or recovering this attempt (reset by an answer):
+    # the backoff between tries grows with it, up to QTG_RETRY_MAX_SECONDS.
+    error_streak = models.PositiveIntegerField(default=0)
+    # When this attempt's submit began (it entered SUBMITTING): the visibility window of its
+    # venue counts from here before "not found" may mean "never happened".
+    submit_started_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     state_changed_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
