@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from movements import interface
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
@@ -10,6 +12,7 @@ from movements.selectors import current_nodes as _read_current_nodes
 from movements.services.derivation import derive_request_state
 from movements.services.state import (
     flush_deferred_writes,
+    record_event,
     save_fields,
     set_node_state,
     set_request_state,
@@ -100,8 +103,12 @@ def apply_request_state_from_nodes(
     """Write the derived request state when the transition is legal; return the new state.
 
     The post-transition table (reservation, callback, frontier) runs inside
-    ``set_request_state``. A request in MANUAL_INTERVENTION whose FAILED/UNKNOWN nodes are all
-    resolved goes back to EXECUTING (or on to COMPLETED). The caller holds the request lock.
+    ``set_request_state``. MANUAL_INTERVENTION is left only by an operator: when an operator's
+    action (resolving, retrying) leaves no node FAILED or UNKNOWN, the request goes back to
+    EXECUTING (or on to COMPLETED); when automatic recovery does, its finding is recorded
+    ("resume to continue") and the request stays where a person will look at it. A FAILED or
+    MANUAL_INTERVENTION request says in ``failure_reason`` which node and which error put it
+    there. The caller holds the request lock.
     """
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
@@ -115,12 +122,29 @@ def apply_request_state_from_nodes(
             return None
         if derived is None:
             derived = RequestState.EXECUTING
+        if not actor.is_user:
+            record_event(
+                request=request,
+                actor=actor,
+                detail={
+                    "recovered": True,
+                    "would_be": str(derived),
+                    "note": f"recovered at {timezone.now().isoformat()}: resume to continue",
+                },
+            )
+            return None
 
     if derived is None or derived == current:
         return None
     path = _path_to(current, derived)
     if path is None:
         return None
+    fields = []
+    if derived in (RequestState.FAILED, RequestState.MANUAL_INTERVENTION):
+        reason = failure_reason_of(nodes)
+        if reason:
+            request.failure_reason = reason
+            fields = ["failure_reason"]
     for target in path:
         set_request_state(
             request=request,
@@ -128,8 +152,20 @@ def apply_request_state_from_nodes(
             actor=actor,
             nodes=nodes,
             detail={"derived_from_nodes": True, **(detail or {})},
+            update_fields=fields if target == derived else [],
         )
     return derived
+
+
+def failure_reason_of(nodes: list[MovementRequestNode]) -> str:
+    """Which node put the movement where it is, and with what error: the FAILED nodes first,
+    then the UNKNOWN ones."""
+    for state, verb in ((NodeState.FAILED, "failed"), (NodeState.UNKNOWN, "is UNKNOWN")):
+        for node in nodes:
+            if node.node_state == state:
+                error = (node.last_error or "no error recorded")[:500]
+                return f"{node.node_key} {verb}: {error}"
+    return ""
 
 
 def _wake(

@@ -1,6 +1,7 @@
 """The worker services in-process (no Celery): node transitions, the error taxonomy,
 exactly-once side effects, recovery, leases and reorgs. Run on SQLite and PostgreSQL."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -8,11 +9,17 @@ from django.utils import timezone
 
 from movements.executors.base import DeterministicError, TransientError
 from movements.models import MovementEvent, MovementRequestNode
-from movements.services import execution, manual_gate_resume
+from movements.services import execution, intervention_resume, manual_gate_resume
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
-from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
-from tests.movements.drive import node
+from tests.execution.conftest import (
+    assert_history_replays,
+    ledger,
+    node_path,
+    run_workers_once,
+    settle,
+)
+from tests.movements.drive import node, states
 
 pytestmark = pytest.mark.django_db
 
@@ -147,14 +154,18 @@ def test_a_delayed_withdrawal_keeps_its_observer_waiting_until_the_delay_passes(
     assert request.request_state == RequestState.COMPLETED
 
 
-def test_a_reorg_is_recorded_with_evidence_and_reconciled_through_unknown(make_movement):
+def test_a_reorg_is_recorded_with_evidence_and_reconciled_through_unknown(make_movement, operator):
     request = make_movement(params={"sandbox": {"deposit_observe": "reorg"}}, approve=True)
 
-    request = settle(request, until={RequestState.COMPLETED, RequestState.FAILED})
+    # Money was in flight (withdraw completed) when the deposit went UNKNOWN: the request
+    # waits in MANUAL_INTERVENTION, and recovery finding the tx again does not end that by
+    # itself: its finding is recorded, and an operator resumes.
+    request = settle_recovered(request)
 
-    assert request.request_state == RequestState.COMPLETED
     path = node_path(request, "deposit_observe")
     assert "UNKNOWN" in path and path[-1] == "COMPLETED"
+    assert request.request_state == RequestState.MANUAL_INTERVENTION
+    assert MovementEvent.objects.filter(request=request, detail__recovered=True).exists()
     reorg = MovementEvent.objects.get(
         request=request,
         node_key="deposit_observe",
@@ -163,8 +174,10 @@ def test_a_reorg_is_recorded_with_evidence_and_reconciled_through_unknown(make_m
     )
     assert reorg.detail["reorg"]["reorg_count"] == 1
     assert reorg.detail["reorg"]["previous_block_hash"] or reorg.detail["reorg"]["tx_hash"]
-    # Money was in flight (withdraw completed): the request waited in MANUAL_INTERVENTION
-    # while the deposit was UNKNOWN, and finished on its own once recovery found the tx.
+
+    intervention_resume(request=request, actor=Actor.for_user(operator), reason="tx is final")
+    request.refresh_from_db()
+
     request_path = [
         e.new_state
         for e in request.events.filter(
@@ -174,6 +187,17 @@ def test_a_reorg_is_recorded_with_evidence_and_reconciled_through_unknown(make_m
     assert "MANUAL_INTERVENTION" in request_path and request_path[-1] == "COMPLETED"
     assert len(ledger("deposit_credit")) == 1
     assert len(ledger("reorg")) == 1
+
+
+def settle_recovered(request, timeout: float = 10.0):
+    """Run the sweeps until every node of the request is COMPLETED."""
+    deadline = time.monotonic() + timeout
+    while set(states(request).values()) != {"COMPLETED"}:
+        assert time.monotonic() < deadline, states(request)
+        if not run_workers_once():
+            time.sleep(0.01)
+    request.refresh_from_db()
+    return request
 
 
 def test_cctp_signs_each_action_once_and_completes(make_movement):
@@ -363,8 +387,9 @@ def test_observation_continues_while_the_request_is_in_manual_intervention(make_
 
     assert node(request, "deposit_observe").node_state == NodeState.SUBMITTED
     request.refresh_from_db()
-    assert request.request_state == RequestState.EXECUTING
-    assert settle(request).request_state == RequestState.COMPLETED
+    # MANUAL_INTERVENTION is left only by an operator; observation goes on meanwhile.
+    assert request.request_state == RequestState.MANUAL_INTERVENTION
+    assert settle_recovered(request).request_state == RequestState.MANUAL_INTERVENTION
 
 
 def test_nodes_of_a_request_that_is_not_approved_are_never_dispatched(make_movement):
