@@ -33,6 +33,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+    devchain_items = [item for item in items if "devchain" in item.keywords]
+    if devchain_items:
+        from standins import devchain_missing_reason
+
+        reason = devchain_missing_reason()
+        if reason:
+            for item in devchain_items:
+                item.add_marker(pytest.mark.skip(reason=f"devchain: {reason}"))
 
 
 # Fixtures whose presence means the test may touch the database.
