@@ -10,6 +10,19 @@ Node tools are pinned in ``standins/package.json`` + ``package-lock.json`` and i
 ``npm ci --prefix standins`` (``make install``).
 """
 
+import sys
+
+# py_ecc (imported by eth-keys, so by eth-account and web3) raises the interpreter's recursion
+# limit to 100000 when it is imported. With that limit, recursion that should end in
+# RecursionError (json.loads of "[[[[...", which the API answers with a 400) overflows the C
+# stack and kills the process with a segfault. Import it here, under the limit we found, and put
+# the limit back: importing the stand-ins must not change how the rest of the process behaves.
+_recursion_limit = sys.getrecursionlimit()
+import eth_account  # noqa: E402, F401
+import web3  # noqa: E402, F401
+
+sys.setrecursionlimit(_recursion_limit)
+
 
 def devchain_missing_reason() -> str | None:
     """Why devchain tests cannot run on this machine (no anvil, or no compiler for a stale

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission, User
 from movements.actors import Actor
 from movements.services import movement_approve, movement_create
 from reservations.services import hardcap_ensure
+from standins import devchain_missing_reason  # before any test module imports web3: see there
 
 ALL_MOVEMENT_PERMS = [
     "approve_movement",
@@ -35,8 +36,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
     devchain_items = [item for item in items if "devchain" in item.keywords]
     if devchain_items:
-        from standins import devchain_missing_reason
-
         reason = devchain_missing_reason()
         if reason:
             for item in devchain_items:
