@@ -4,8 +4,8 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 
-from movements.actors import Actor
 from movements.services import movement_approve, movement_create
+from qtg.core.actors import Actor
 from reservations.services import hardcap_ensure
 from standins import devchain_missing_reason  # before any test module imports web3: see there
 
@@ -24,7 +24,8 @@ ALL_MOVEMENT_PERMS = [
 
 
 def pytest_configure(config):
-    # Real hashing costs ~100 ms per user; tests create many users.
+    # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
+    # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
