@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Cast
@@ -25,9 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from callbacks.models import Delivery
-from movements import money
-from movements.actors import Actor
+from movements import interface
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
 from movements.admin_filters import (
     AssetFilter,
@@ -36,7 +34,6 @@ from movements.admin_filters import (
     TemplateFilter,
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
-from movements.exceptions import QTGError
 from movements.models import (
     MovementEvent,
     MovementRequest,
@@ -46,9 +43,11 @@ from movements.models import (
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
-from qtg.admin_helpers import ReadOnlyInline as BaseReadOnlyInline
-from qtg.admin_helpers import bulk_confirmation_context
-from reservations.models import Reservation
+from qtg.core import money
+from qtg.core.actors import Actor
+from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
+from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.errors import QTGError
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
@@ -163,40 +162,11 @@ class EventInline(ReadOnlyInline):
         return format_html('<pre class="qtg-evidence">{}</pre>', text)
 
 
-class DeliveryInline(ReadOnlyInline):
-    """The webhook deliveries this movement caused (the callbacks app's outbox)."""
-
-    model = Delivery
-    fk_name = "request"
-    verbose_name = "callback delivery"
-    verbose_name_plural = "Callback deliveries (newest first)"
-    show_change_link = True  # redeliver lives on the delivery's own page
-    fields = readonly_fields = (
-        "created_at",
-        "event_type",
-        "subscription",
-        "status",
-        "attempts",
-        "last_status_code",
-        "last_error",
-        "next_attempt_at",
-        "delivered_at",
-    )
-
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .select_related("subscription")
-            .order_by("-created_at", "-pk")
-        )
-
-
-def reservation_of(movement: MovementRequest) -> Reservation | None:
+def reservation_of(movement: MovementRequest) -> Any:
     """The movement's reservation (none when validation refused it before the hold)."""
     try:
         return movement.reservation
-    except Reservation.DoesNotExist:
+    except ObjectDoesNotExist:
         return None
 
 
@@ -217,7 +187,7 @@ class MovementChangeList(ChangeList):
 
 
 @admin.register(MovementRequest)
-class MovementRequestAdmin(admin.ModelAdmin):
+class MovementRequestAdmin(ReadOnlyModelAdmin):
     list_display_links = ("short_id",)
     list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
     list_select_related = ("created_by",)
@@ -230,7 +200,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline, DeliveryInline)
+    inlines = (NodeInline, EventInline)
     readonly_fields = ("amount_display",)
     fieldsets = (
         (
@@ -276,6 +246,10 @@ class MovementRequestAdmin(admin.ModelAdmin):
     )
 
     # --- the list ---------------------------------------------------------------------------
+
+    def get_inlines(self, request, obj):
+        # Sections other apps add to the movement page (e.g. callback deliveries).
+        return (*self.inlines, *interface.movement_page_inlines())
 
     def get_changelist(self, request, **kwargs):
         return MovementChangeList
@@ -355,15 +329,6 @@ class MovementRequestAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     # --- the movement page ------------------------------------------------------------------
-
-    def has_add_permission(self, request):
-        return False  # movements are created through the API or the services
-
-    def has_change_permission(self, request, obj=None):
-        return False  # state changes only through the actions
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # money movements are never deleted
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, unquote(object_id))
@@ -574,7 +539,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(RouteTemplate)
-class RouteTemplateAdmin(admin.ModelAdmin):
+class RouteTemplateAdmin(ReadOnlyModelAdmin):
     list_display = ("key", "version", "name", "is_active", "loaded_at", "checksum")
     list_filter = ("key", "is_active")
     readonly_fields = (
@@ -588,12 +553,3 @@ class RouteTemplateAdmin(admin.ModelAdmin):
         "is_active",
         "loaded_at",
     )
-
-    def has_add_permission(self, request):
-        return False  # templates are reviewed files, loaded by route_templates_sync
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

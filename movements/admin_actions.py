@@ -13,7 +13,6 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from movements.actors import Actor
 from movements.models import MovementRequest, MovementRequestNode, NodeKind
 from movements.services import (
     intervention_force_complete,
@@ -33,6 +32,7 @@ from movements.states import (
     NodeState,
     RequestState,
 )
+from qtg.core.actors import Actor
 
 RS = RequestState
 Nodes = list[MovementRequestNode]
