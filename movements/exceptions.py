@@ -1,5 +1,6 @@
 """Domain errors. Each carries a stable code; the API maps them to one error shape."""
 
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -73,3 +74,27 @@ class NotPermitted(QTGError):
 class NotFound(QTGError):
     code = "not_found"
     http_status = 404
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an action is not allowed now, before anything is raised: the value a policy returns.
+
+    ``code`` names the rule that refused (stable, for consoles and tests); ``error`` is the
+    domain error a service raises for it, which carries the API's error code and status;
+    ``message`` and ``details`` are that error's.
+    """
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    error: type[QTGError] = ActionRefused
+
+    def exception(self) -> QTGError:
+        return self.error(self.message, details=dict(self.details))
+
+
+def enforce(refusal: Refusal | None) -> None:
+    """Raise the refusal's error, if there is a refusal."""
+    if refusal is not None:
+        raise refusal.exception()

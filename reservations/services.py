@@ -19,11 +19,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from movements.actors import Actor
-from movements.exceptions import ActionRefused, InvalidInput, NotFound, NotPermitted, QTGError
+from movements.exceptions import InvalidInput, NotFound, QTGError, enforce
 from movements.models import MovementRequest
 from movements.money import format_amount
-from movements.states import TERMINAL_REQUEST_STATES
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from reservations.policies import settle_permission_refusal, settle_refusal
 
 VELOCITY_WINDOW = timedelta(hours=24)
 ZERO = Decimal("0")
@@ -221,11 +221,7 @@ def reservation_settle(
 ) -> Reservation:
     """An operator consumes or releases a reservation the post-transition table left HELD
     (a movement that ended FAILED or CANCELLED after money may have left), with a reason."""
-    if not actor.has_perm("reservations.settle_reservation"):
-        raise NotPermitted(
-            f"{actor} lacks the permission reservations.settle_reservation",
-            details={"permission": "reservations.settle_reservation"},
-        )
+    enforce(settle_permission_refusal(actor))
     if outcome not in SETTLE_OUTCOMES:
         raise InvalidInput(
             "outcome must be CONSUMED or RELEASED",
@@ -246,17 +242,7 @@ def reservation_settle(
     # Lock order: the movement request before what hangs off it.
     request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_id)
     reservation = Reservation.objects.select_for_update().get(pk=pk)
-    if reservation.state != ReservationState.HELD:
-        raise ActionRefused(
-            f"the reservation is already {reservation.state}",
-            details={"current_state": reservation.state},
-        )
-    if request.request_state not in TERMINAL_REQUEST_STATES:
-        raise ActionRefused(
-            f"cannot settle while the movement is {request.request_state}: only a finished "
-            f"movement's reservation is settled by hand",
-            details={"current_state": request.request_state},
-        )
+    enforce(settle_refusal(actor=actor, reservation=reservation, movement=request))
     return _apply(
         reservation,
         outcome=outcome,
