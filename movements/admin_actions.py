@@ -103,17 +103,14 @@ class MovementAction:
     name: str
     label: str
     what_happens: str
-    # The action's rules (movements.policies), asked with what the console knows.
-    policy: Callable[[Situation], Refusal | None]
+    # Why the action is not offered in a situation, None when it is: its policy
+    # (movements.policies), asked with what the console knows.
+    refusal: Callable[[Situation], Refusal | None]
     perform: Callable[..., MovementRequest]
     form_class: type[ActionForm] | None = None
     # The operator picks the node the action acts on, among those the policy allows.
     picks_node: bool = False
     dangerous: bool = False
-
-    def refusal(self, situation: Situation) -> Refusal | None:
-        """Why this is not offered in ``situation``; None when it is."""
-        return self.policy(situation)
 
     def form(self, data: Any, situation: Situation, *, posted: bool) -> ActionForm | None:
         """The input form. A posted form accepts any current node: whether that node can be
@@ -141,7 +138,7 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.APPROVE,
             label="Approve",
             what_happens="The movement is approved and its first steps become ready to run.",
-            policy=lambda s: policies.approve_refusal(
+            refusal=lambda s: policies.approve_refusal(
                 actor=s.actor, movement=s.movement, now=s.now
             ),
             perform=movement_approve,
@@ -150,7 +147,7 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.REJECT,
             label="Reject",
             what_happens="The movement is rejected, nothing runs, and its reservation is released.",
-            policy=lambda s: policies.reject_refusal(actor=s.actor, movement=s.movement),
+            refusal=lambda s: policies.reject_refusal(actor=s.actor, movement=s.movement),
             perform=movement_reject,
             form_class=ReasonForm,
             dangerous=True,
@@ -159,7 +156,7 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.RESUME_GATE,
             label="Resume manual gate",
             what_happens="The manual gate completes and the movement continues past it.",
-            policy=lambda s: policies.resume_gate_refusal(
+            refusal=lambda s: policies.resume_gate_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=manual_gate_resume,
@@ -171,7 +168,7 @@ ACTIONS: dict[str, MovementAction] = {
             label="Cancel",
             what_happens="Steps that have not started are cancelled and the movement ends as "
             "CANCELLED. Refused while money may be in flight.",
-            policy=lambda s: policies.cancel_refusal(
+            refusal=lambda s: policies.cancel_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=movement_cancel,
@@ -183,7 +180,7 @@ ACTIONS: dict[str, MovementAction] = {
             label="Resolve UNKNOWN node",
             what_happens="The node takes the outcome you give, with your evidence recorded, and "
             "the movement carries on from there.",
-            policy=lambda s: policies.resolve_unknown_refusal(
+            refusal=lambda s: policies.resolve_unknown_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=node_resolve_unknown,
@@ -194,7 +191,7 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.INTERVENTION_RESUME,
             label="Resume",
             what_happens="The movement goes back to EXECUTING and waiting steps wake up.",
-            policy=lambda s: policies.intervention_resume_refusal(
+            refusal=lambda s: policies.intervention_resume_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_resume,
@@ -205,7 +202,7 @@ ACTIONS: dict[str, MovementAction] = {
             label="Retry node",
             what_happens="A new attempt of the failed node becomes ready; the failed attempt "
             "stays in the history.",
-            policy=lambda s: policies.retry_refusal(
+            refusal=lambda s: policies.retry_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=intervention_retry,
@@ -217,7 +214,7 @@ ACTIONS: dict[str, MovementAction] = {
             label="Force complete",
             what_happens="The movement is marked COMPLETED on your word and its reservation is "
             "consumed. Steps that have not started are cancelled.",
-            policy=lambda s: policies.force_complete_refusal(
+            refusal=lambda s: policies.force_complete_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_force_complete,
@@ -229,7 +226,7 @@ ACTIONS: dict[str, MovementAction] = {
             label="Force fail",
             what_happens="The movement is marked FAILED on your word. Steps that have not "
             "started are cancelled.",
-            policy=lambda s: policies.force_fail_refusal(
+            refusal=lambda s: policies.force_fail_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_force_fail,
