@@ -38,9 +38,9 @@ from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from movements.actors import Actor  # noqa: E402
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode  # noqa: E402
 from movements.services import execution, movement_approve, movement_create  # noqa: E402
+from qtg.core.actors import Actor  # noqa: E402
 
 
 class QueryCounter:

@@ -9,7 +9,6 @@ from django.utils import timezone
 
 from callbacks.events import EVENT_TYPES
 from callbacks.targets import TargetRefused, validate_target_url
-from movements.models import MovementRequest
 
 
 def new_secret() -> str:
@@ -79,7 +78,7 @@ class Delivery(models.Model):
         Subscription, on_delete=models.PROTECT, related_name="deliveries"
     )
     request = models.ForeignKey(
-        MovementRequest, on_delete=models.PROTECT, related_name="callback_deliveries"
+        "movements.MovementRequest", on_delete=models.PROTECT, related_name="callback_deliveries"
     )
     event_type = models.CharField(max_length=32, db_index=True)
     body = models.TextField(help_text="The JSON body, exactly as sent.")

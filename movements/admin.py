@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Cast
@@ -26,9 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from callbacks.models import Delivery
-from movements import money, policies
-from movements.actors import Actor
+from movements import interface, policies
 from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
 from movements.admin_filters import (
     AssetFilter,
@@ -37,7 +35,6 @@ from movements.admin_filters import (
     TemplateFilter,
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
-from movements.exceptions import QTGError, Refusal
 from movements.models import (
     MovementEvent,
     MovementRequest,
@@ -48,9 +45,12 @@ from movements.policies import Action, Rule
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
 from movements.states import ATTENTION_REQUEST_STATES
-from qtg.admin_helpers import ReadOnlyInline as BaseReadOnlyInline
-from qtg.admin_helpers import bulk_confirmation_context
-from reservations.models import Reservation
+from qtg.core import money
+from qtg.core.actors import Actor
+from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
+from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.errors import QTGError
+from qtg.core.policies import Refusal
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
@@ -165,40 +165,11 @@ class EventInline(ReadOnlyInline):
         return format_html('<pre class="qtg-evidence">{}</pre>', text)
 
 
-class DeliveryInline(ReadOnlyInline):
-    """The webhook deliveries this movement caused (the callbacks app's outbox)."""
-
-    model = Delivery
-    fk_name = "request"
-    verbose_name = "callback delivery"
-    verbose_name_plural = "Callback deliveries (newest first)"
-    show_change_link = True  # redeliver lives on the delivery's own page
-    fields = readonly_fields = (
-        "created_at",
-        "event_type",
-        "subscription",
-        "status",
-        "attempts",
-        "last_status_code",
-        "last_error",
-        "next_attempt_at",
-        "delivered_at",
-    )
-
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .select_related("subscription")
-            .order_by("-created_at", "-pk")
-        )
-
-
-def reservation_of(movement: MovementRequest) -> Reservation | None:
+def reservation_of(movement: MovementRequest) -> Any:
     """The movement's reservation (none when validation refused it before the hold)."""
     try:
         return movement.reservation
-    except Reservation.DoesNotExist:
+    except ObjectDoesNotExist:
         return None
 
 
@@ -219,7 +190,7 @@ class MovementChangeList(ChangeList):
 
 
 @admin.register(MovementRequest)
-class MovementRequestAdmin(admin.ModelAdmin):
+class MovementRequestAdmin(ReadOnlyModelAdmin):
     list_display_links = ("short_id",)
     list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
     list_select_related = ("created_by",)
@@ -232,7 +203,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline, DeliveryInline)
+    inlines = (NodeInline, EventInline)
     readonly_fields = ("amount_display",)
     fieldsets = (
         (
@@ -278,6 +249,10 @@ class MovementRequestAdmin(admin.ModelAdmin):
     )
 
     # --- the list ---------------------------------------------------------------------------
+
+    def get_inlines(self, request, obj):
+        # Sections other apps add to the movement page (e.g. callback deliveries).
+        return (*self.inlines, *interface.movement_page_inlines())
 
     def get_changelist(self, request, **kwargs):
         return MovementChangeList
@@ -361,15 +336,6 @@ class MovementRequestAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     # --- the movement page ------------------------------------------------------------------
-
-    def has_add_permission(self, request):
-        return False  # movements are created through the API or the services
-
-    def has_change_permission(self, request, obj=None):
-        return False  # state changes only through the actions
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # money movements are never deleted
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         movement = self.get_object(request, unquote(object_id))
@@ -600,7 +566,7 @@ class MovementRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(RouteTemplate)
-class RouteTemplateAdmin(admin.ModelAdmin):
+class RouteTemplateAdmin(ReadOnlyModelAdmin):
     list_display = ("key", "version", "name", "is_active", "loaded_at", "checksum")
     list_filter = ("key", "is_active")
     readonly_fields = (
@@ -614,12 +580,3 @@ class RouteTemplateAdmin(admin.ModelAdmin):
         "is_active",
         "loaded_at",
     )
-
-    def has_add_permission(self, request):
-        return False  # templates are reviewed files, loaded by route_templates_sync
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

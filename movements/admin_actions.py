@@ -15,8 +15,6 @@ from django import forms
 from django.utils import timezone
 
 from movements import policies
-from movements.actors import Actor
-from movements.exceptions import Refusal
 from movements.models import MovementRequest, MovementRequestNode
 from movements.policies import Action
 from movements.services import (
@@ -31,6 +29,8 @@ from movements.services import (
     node_resolve_unknown,
 )
 from movements.services.lifecycle import UNKNOWN_OUTCOMES
+from qtg.core.actors import Actor
+from qtg.core.policies import Refusal
 
 Nodes = list[MovementRequestNode]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from movements.exceptions import TemplateInvalid
 from movements.executors import is_registered
+from qtg.core.errors import TemplateInvalid
 
 KINDS = ("ACTION", "OBSERVE", "MANUAL_GATE")
 MANUAL_PREFIX = "manual_"

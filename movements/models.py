@@ -1,6 +1,7 @@
 """Route templates, movement requests, their compiled plan, node attempts and the audit trail."""
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -9,15 +10,16 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin
 
-from movements.actors import ActorType
 from movements.fsm import state_machine_base
-from movements.money import format_amount
 from movements.states import (
     NODE_TRANSITIONS,
     REQUEST_TRANSITIONS,
     NodeState,
     RequestState,
 )
+from qtg.core.actors import ActorType
+from qtg.core.models import AppendOnlyModel
+from qtg.core.money import MONEY, format_amount
 
 RequestStateMachine = state_machine_base(
     name="RequestStateMachine",
@@ -36,8 +38,6 @@ NodeStateMachine = state_machine_base(
     initial=NodeState.BLOCKED,
     module=__name__,
 )
-
-MONEY = {"max_digits": 38, "decimal_places": 18}
 
 
 class NodeKind(models.TextChoices):
@@ -252,16 +252,25 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
     def is_manual_gate(self) -> bool:
         return self.kind == NodeKind.MANUAL_GATE
 
+    @classmethod
+    def attempt_of(
+        cls, plan_node: "MovementPlanNode", *, attempt: int = 1, request: Any = None
+    ) -> "MovementRequestNode":
+        """A new, unsaved attempt (BLOCKED) at ``plan_node``, with what every attempt copies
+        from its plan node. Movement creation, a retry and the benchmark all build nodes here."""
+        return cls(
+            request=request or plan_node.request,
+            plan_node=plan_node,
+            node_key=plan_node.key,
+            kind=plan_node.kind,
+            executor=plan_node.executor,
+            has_side_effect=plan_node.has_side_effect,
+            signing_required=plan_node.signing_required,
+            attempt=attempt,
+        )
 
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("Movement events are append-only")
 
-    def delete(self):
-        raise TypeError("Movement events are append-only")
-
-
-class MovementEvent(models.Model):
+class MovementEvent(AppendOnlyModel):
     """One audit record: a state transition, or evidence recorded without a state change."""
 
     class Kind(models.TextChoices):
@@ -286,19 +295,9 @@ class MovementEvent(models.Model):
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
-    objects = AppendOnlyQuerySet.as_manager()
-
     class Meta:
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
         subject = self.node_key or "request"
         return f"{subject}: {self.old_state or '-'} -> {self.new_state or '-'}"
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise TypeError("Movement events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError("Movement events are append-only")

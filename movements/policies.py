@@ -21,8 +21,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from movements.actors import Actor
-from movements.exceptions import NotFound, NotPermitted, Refusal
 from movements.models import MovementRequest, MovementRequestNode, NodeKind
 from movements.states import (
     IN_FLIGHT_NODE_STATES,
@@ -31,6 +29,10 @@ from movements.states import (
     NodeState,
     RequestState,
 )
+from qtg.core import policies as core
+from qtg.core.actors import Actor
+from qtg.core.errors import NotFound, NotPermitted
+from qtg.core.policies import Refusal, lacks_permission
 
 RS = RequestState
 Nodes = Sequence[MovementRequestNode]
@@ -67,7 +69,7 @@ PERMISSIONS: dict[Action, str] = {
 class Rule(StrEnum):
     """The ``code`` of a refusal: which rule refused."""
 
-    PERMISSION = "permission"
+    PERMISSION = core.PERMISSION
     FOUR_EYES = "four_eyes"
     STATE = "state"
     APPROVAL_WINDOW = "approval_window"
@@ -87,18 +89,6 @@ INTERVENTION_STATES = (RS.MANUAL_INTERVENTION,)
 
 
 # --- building blocks ---------------------------------------------------------------------------
-
-
-def lacks_permission(actor: Actor, permission: str) -> Refusal | None:
-    """The actor does not hold ``permission`` ("app_label.codename"); system actors hold all."""
-    if actor.has_perm(permission):
-        return None
-    return Refusal(
-        Rule.PERMISSION,
-        f"{actor} lacks the permission {permission}",
-        {"permission": permission},
-        error=NotPermitted,
-    )
 
 
 def permission_refusal(actor: Actor, action: Action) -> Refusal | None:

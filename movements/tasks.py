@@ -11,9 +11,9 @@ import math
 from celery import shared_task
 from django.conf import settings
 
-from movements.actors import Actor
 from movements.services import execution
 from movements.services.lifecycle import expire_overdue_approvals
+from qtg.core.actors import Actor
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
-from movements.actors import Actor
-from movements.exceptions import QTGError
-from qtg.admin_helpers import ReadOnlyInline, bulk_confirmation_context
+from qtg.core.actors import Actor
+from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.errors import QTGError
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.policies import Rule, settle_permission_refusal, settle_refusal
 from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
@@ -81,7 +81,7 @@ class SettleForm(forms.Form):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(admin.ModelAdmin):
+class ReservationAdmin(ReadOnlyModelAdmin):
     list_display = ("movement", "asset", "source", "amount", "state", "held_at", "settled_at")
     list_filter = ("state", "asset")
     search_fields = ("request__id", "asset", "source")
@@ -100,15 +100,6 @@ class ReservationAdmin(admin.ModelAdmin):
     readonly_fields = fields
     inlines = [ReservationEventInline]
     actions = ["consume_selected", "release_selected"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_settle_permission(self, request) -> bool:
         return settle_permission_refusal(Actor.for_user(request.user)) is None

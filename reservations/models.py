@@ -9,8 +9,9 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-from movements.actors import ActorType
-from movements.models import MONEY, MovementRequest
+from qtg.core.actors import ActorType
+from qtg.core.models import AppendOnlyModel
+from qtg.core.money import MONEY
 
 POSITIVE = [MinValueValidator(Decimal("0.000000000000000001"))]
 
@@ -86,7 +87,7 @@ class Reservation(FSMModelMixin, models.Model):
     the hardcaps need are one indexed query."""
 
     request = models.OneToOneField(
-        MovementRequest, on_delete=models.PROTECT, related_name="reservation"
+        "movements.MovementRequest", on_delete=models.PROTECT, related_name="reservation"
     )
     asset = models.CharField(max_length=32)
     source = models.CharField(max_length=200)
@@ -121,15 +122,7 @@ class Reservation(FSMModelMixin, models.Model):
         pass
 
 
-class ReservationEventQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("Reservation events are append-only")
-
-    def delete(self):
-        raise TypeError("Reservation events are append-only")
-
-
-class ReservationEvent(models.Model):
+class ReservationEvent(AppendOnlyModel):
     """One audit record of a reservation: who, when, why, and the request state at the time."""
 
     reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
@@ -144,18 +137,8 @@ class ReservationEvent(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
-    objects = ReservationEventQuerySet.as_manager()
-
     class Meta:
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
         return f"{self.old_state or '-'} -> {self.new_state}"
-
-    def save(self, *args, **kwargs):
-        if not self._state.adding:
-            raise TypeError("Reservation events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError("Reservation events are append-only")

@@ -4,11 +4,9 @@ offers its bulk actions and sorts the selected rows with it."""
 
 from enum import StrEnum
 
-from movements.actors import Actor
-from movements.exceptions import Refusal
-from movements.models import MovementRequest
-from movements.policies import lacks_permission
-from movements.states import TERMINAL_REQUEST_STATES
+from movements.interface import TERMINAL_REQUEST_STATES, MovementRequest
+from qtg.core.actors import Actor
+from qtg.core.policies import Refusal, lacks_permission
 from reservations.models import Reservation, ReservationState
 
 SETTLE_PERMISSION = "reservations.settle_reservation"

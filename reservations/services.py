@@ -18,10 +18,11 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.actors import Actor
-from movements.exceptions import InvalidInput, NotFound, QTGError, enforce
-from movements.models import MovementRequest
-from movements.money import format_amount
+from movements.interface import MovementRequest
+from qtg.core.actors import Actor
+from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
+from qtg.core.money import format_amount
+from qtg.core.policies import enforce
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.policies import settle_permission_refusal, settle_refusal
 
@@ -35,13 +36,6 @@ DEMO_HARDCAPS: dict[str, tuple[Decimal, Decimal]] = {
     "BTC": (Decimal("25"), Decimal("100")),
     "ETH": (Decimal("500"), Decimal("2000")),
 }
-
-
-class ReservationRefused(QTGError):
-    """Taking the reservation would break a limit (or no limit is configured)."""
-
-    code = "reservation_refused"
-    http_status = 409
 
 
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:

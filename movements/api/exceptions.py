@@ -1,7 +1,7 @@
 """The one exception handler of the API: every refusal becomes the same JSON shape,
 ``{"code", "message", "details"}``, with the status the domain error carries.
 
-Domain errors (``movements.exceptions``) keep their code and details: 400 invalid input,
+Domain errors (``qtg.core.errors``) keep their code and details: 400 invalid input,
 403 not permitted (four-eyes included), 404 not found, 409 an illegal or refused transition
 (the details name the current state) or an idempotency conflict. DRF's own errors (parse,
 authentication, validation, method, media type) keep their status and headers.
@@ -17,8 +17,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from movements.exceptions import QTGError
 from movements.models import MovementRequest
+from qtg.core.errors import QTGError
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

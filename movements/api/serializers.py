@@ -23,9 +23,9 @@ from movements.api.fields import (
 )
 from movements.api.selectors import route_templates_current
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode, NodeKind
-from movements.money import format_amount
 from movements.selectors import current_nodes
 from movements.states import RequestState
+from qtg.core.money import format_amount
 
 MAX_EXPIRES_IN_SECONDS = 365 * 24 * 3600
 MAX_REASON_LENGTH = 2000

@@ -21,7 +21,6 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from movements.actors import Actor
 from movements.api.authentication import StrictTokenAuthentication
 from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma
 from movements.api.filters import MovementFilter
@@ -41,7 +40,6 @@ from movements.api.serializers import (
     ResumeInputSerializer,
     RouteTemplateSerializer,
 )
-from movements.exceptions import InvalidInput, NotFound
 from movements.models import MovementRequest
 from movements.selectors import request_events
 from movements.services import (
@@ -51,6 +49,8 @@ from movements.services import (
     movement_create,
     movement_reject,
 )
+from qtg.core.actors import Actor
+from qtg.core.errors import InvalidInput, NotFound
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotency-Replayed"

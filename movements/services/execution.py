@@ -44,9 +44,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from callbacks.services import subscriptions_read_once
-from movements.actors import Actor
-from movements.exceptions import StaleState
+from movements import interface
 from movements.executors import get_executor
 from movements.executors.base import (
     DeterministicError,
@@ -71,6 +69,8 @@ from movements.services.state import (
     set_request_state,
 )
 from movements.states import IN_FLIGHT_NODE_STATES, NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import StaleState
 
 logger = logging.getLogger(__name__)
 
@@ -437,7 +437,7 @@ def _apply_results(results: list[_Result]) -> None:
         return
     late: list[tuple[_Result, str]] = []
     try:
-        with transaction.atomic(), subscriptions_read_once(), deferred_writes():
+        with transaction.atomic(), interface.callbacks().read_once(), deferred_writes():
             locked = _lock_claimed([result.claim for result in results])
             for result in results:
                 target = locked.get(result.claim.node_id)

@@ -18,17 +18,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from movements.actors import Actor
+from movements import interface
 from movements.compiler import compile_plan
-from movements.exceptions import (
-    ActionRefused,
-    IdempotencyConflict,
-    InvalidInput,
-    NotFound,
-    QTGError,
-    TemplateInvalid,
-    enforce,
-)
 from movements.models import (
     MovementEvent,
     MovementPlanEdge,
@@ -62,7 +53,17 @@ from movements.services.progress import (
 from movements.services.state import record_event, set_node_state, set_request_state
 from movements.services.templates import route_template_current
 from movements.states import NodeState, RequestState
-from reservations.services import ReservationRefused, reservation_hold
+from qtg.core.actors import Actor
+from qtg.core.errors import (
+    ActionRefused,
+    IdempotencyConflict,
+    InvalidInput,
+    NotFound,
+    QTGError,
+    ReservationRefused,
+    TemplateInvalid,
+)
+from qtg.core.policies import enforce
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
@@ -153,15 +154,7 @@ def _build_plan(request: MovementRequest, plan: Any) -> None:
         for s, t in plan.edges
     )
     MovementRequestNode.objects.bulk_create(
-        MovementRequestNode(
-            request=request,
-            plan_node=plan_node,
-            node_key=plan_node.key,
-            kind=plan_node.kind,
-            executor=plan_node.executor,
-            has_side_effect=plan_node.has_side_effect,
-            signing_required=plan_node.signing_required,
-        )
+        MovementRequestNode.attempt_of(plan_node, request=request)
         for plan_node in plan_nodes.values()
     )
 
@@ -311,7 +304,7 @@ def _create(
     request.params = plan.params
     request.save(update_fields=["template", "template_version", "params", "updated_at"])
     try:
-        reservation_hold(request=request, actor=actor)
+        interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
         return _fail_validation(request, actor, exc)
     _build_plan(request, plan)
@@ -551,16 +544,10 @@ def intervention_retry(
     failed = _named(nodes, node_key)
     failed.is_current = False
     failed.save(update_fields=["is_current", "updated_at"])
-    attempt = MovementRequestNode.objects.create(
-        request=request,
-        plan_node=failed.plan_node,
-        node_key=failed.node_key,
-        kind=failed.kind,
-        executor=failed.executor,
-        has_side_effect=failed.has_side_effect,
-        signing_required=failed.signing_required,
-        attempt=failed.attempt + 1,
+    attempt = MovementRequestNode.attempt_of(
+        failed.plan_node, request=request, attempt=failed.attempt + 1
     )
+    attempt.save()
     record_event(
         request=request,
         node=failed,

@@ -11,8 +11,6 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
-from movements.actors import Actor, resolve_actor
-from movements.exceptions import IllegalStateTransition, StaleState
 from movements.fsm import transition_method_name
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services.effects import after_request_transition
@@ -22,6 +20,8 @@ from movements.states import (
     can_transition_node_state,
     can_transition_request_state,
 )
+from qtg.core.actors import Actor, resolve_actor
+from qtg.core.errors import IllegalStateTransition, StaleState
 
 
 def record_event(

@@ -6,8 +6,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from movements.compiler import load_template_file
-from movements.exceptions import TemplateInvalid
 from movements.models import RouteTemplate
+from qtg.core.errors import TemplateInvalid
 
 
 def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate]:

@@ -5,7 +5,6 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import transaction
 
-from movements.actors import Actor
 from movements.models import MovementRequest
 from movements.permissions import OPERATORS, SUPERVISORS, ensure_operator_groups
 from movements.selectors import current_nodes
@@ -16,15 +15,10 @@ from movements.services import (
     set_request_state,
 )
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
 
 WORKER = Actor.system("tests-worker")
 TO_COMPLETED = ("PREPARING", "SUBMITTING", "SUBMITTED", "COMPLETED")
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    # Every test here logs users in; the production hasher costs a second per user.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def staff_user(username: str, *groups: str) -> User:

@@ -10,12 +10,12 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from movements.actors import Actor
 from movements.admin_actions import ACTIONS, MovementAction, Situation
-from movements.exceptions import QTGError
 from movements.models import MovementRequest
 from movements.selectors import current_nodes
 from movements.services import movement_reject
+from qtg.core.actors import Actor
+from qtg.core.errors import QTGError
 from tests.admin.conftest import TO_COMPLETED, drive
 from tests.admin.helpers import action_url, change_url
 

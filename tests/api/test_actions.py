@@ -5,12 +5,12 @@ import uuid
 import pytest
 from django.db import transaction
 
-from movements.actors import Actor
-from movements.exceptions import StaleState
 from movements.models import MovementEvent, MovementRequest
 from movements.selectors import current_nodes
 from movements.services import advance_after_completion, set_node_state, set_request_state
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import StaleState
 from tests.api.conftest import assert_error, client_for, movement_url, post_create, post_json
 from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 

@@ -15,11 +15,11 @@ from django.utils import timezone
 from callbacks import signing
 from callbacks.models import Delivery, DeliveryStatus
 from callbacks.services import backoff_delay, deliveries_enqueue_due, delivery_redeliver
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, NotPermitted
 from movements.models import MovementRequest
 from movements.services import movement_approve, set_request_state
 from movements.states import RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, NotPermitted
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]

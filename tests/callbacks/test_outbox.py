@@ -10,10 +10,10 @@ from django.db import transaction
 from callbacks import tasks
 from callbacks.models import Delivery, DeliveryStatus
 from callbacks.services import callback_enqueue
-from movements.actors import Actor
 from movements.models import MovementRequest
 from movements.services import movement_approve
 from movements.states import RequestState
+from qtg.core.actors import Actor
 
 APPROVER = Actor.system("tests-approver")
 

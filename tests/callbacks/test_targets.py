@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from callbacks import targets
 from callbacks.models import Delivery, DeliveryStatus, Subscription
 from callbacks.targets import TargetRefused, pin_target_url, validate_target_url
-from movements.actors import Actor
 from movements.services import movement_approve
+from qtg.core.actors import Actor
 
 
 @pytest.mark.parametrize(

@@ -12,19 +12,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from movements.actors import Actor
-from movements.exceptions import StaleState
 from movements.executors.base import Observation, ObservedStatus
 from movements.models import MovementEvent, MovementRequestNode
 from movements.services import execution, save_fields, set_node_state
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import StaleState
 from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
+from tests.movements.drive import node
 
 pytestmark = pytest.mark.django_db
-
-
-def node(request, key):
-    return MovementRequestNode.objects.current().get(request=request, node_key=key)
 
 
 def locking_statements(queries) -> list[str]:

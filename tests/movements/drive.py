@@ -2,7 +2,6 @@
 
 from django.db import transaction
 
-from movements.actors import Actor
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services import (
     advance_after_completion,
@@ -11,6 +10,7 @@ from movements.services import (
     set_request_state,
 )
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
 
 WORKER = Actor.system("test-worker")
 

@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from movements.compiler import compile_plan, validate_template
-from movements.exceptions import TemplateInvalid
 from movements.models import RouteTemplate
 from movements.services import route_templates_sync
+from qtg.core.errors import TemplateInvalid
 
 GOOD = {
     "key": "probe",

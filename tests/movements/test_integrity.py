@@ -6,11 +6,11 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, StaleState
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services import movement_approve, set_node_state
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, StaleState
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db

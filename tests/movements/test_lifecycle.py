@@ -6,13 +6,6 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from movements.actors import Actor
-from movements.exceptions import (
-    ActionRefused,
-    IdempotencyConflict,
-    InvalidInput,
-    NotPermitted,
-)
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services import (
     expire_overdue_approvals,
@@ -29,6 +22,13 @@ from movements.services import (
     node_resolve_unknown,
 )
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import (
+    ActionRefused,
+    IdempotencyConflict,
+    InvalidInput,
+    NotPermitted,
+)
 from tests.conftest import make_user
 from tests.movements.drive import node, run_node, states
 

@@ -1,6 +1,6 @@
 from decimal import Decimal
 
-from movements.money import format_amount
+from qtg.core.money import format_amount
 
 
 def test_amounts_are_written_without_trailing_zeros_and_never_rounded():

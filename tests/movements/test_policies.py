@@ -10,8 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, NotFound, NotPermitted, Refusal, enforce
 from movements.models import NodeKind
 from movements.policies import (
     PERMISSIONS,
@@ -33,6 +31,9 @@ from movements.policies import (
     waiting_gates,
 )
 from movements.states import RUNNING_NODE_STATES, NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, NotFound, NotPermitted
+from qtg.core.policies import Refusal, enforce
 from reservations.models import ReservationState
 from reservations.policies import SETTLE_PERMISSION, settle_permission_refusal, settle_refusal
 from reservations.policies import Rule as SettleRule

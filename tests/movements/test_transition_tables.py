@@ -6,8 +6,6 @@ import itertools
 import pytest
 from django_fsm import TransitionNotAllowed, can_proceed
 
-from movements.actors import Actor
-from movements.exceptions import IllegalStateTransition
 from movements.fsm import transition_method_name
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services import set_node_state, set_request_state
@@ -21,6 +19,8 @@ from movements.states import (
     can_transition_node_state,
     can_transition_request_state,
 )
+from qtg.core.actors import Actor
+from qtg.core.errors import IllegalStateTransition
 
 REQUEST_PAIRS = list(itertools.product(RequestState, RequestState))
 NODE_PAIRS = list(itertools.product(NodeState, NodeState))

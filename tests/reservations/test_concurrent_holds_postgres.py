@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from movements.actors import Actor
 from movements.services import movement_create, route_templates_sync
 from movements.states import RequestState
+from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
 from reservations.services import hardcap_ensure, hardcap_in_flight
 from tests.conftest import make_user

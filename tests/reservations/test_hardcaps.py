@@ -10,9 +10,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from movements.actors import Actor
 from movements.services import movement_reject
 from movements.states import RequestState
+from qtg.core.actors import Actor
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.services import (
     hardcap_ensure,

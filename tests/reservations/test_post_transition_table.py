@@ -13,7 +13,6 @@ import pytest
 
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, Subscription
-from movements.actors import Actor
 from movements.services import (
     intervention_force_complete,
     intervention_force_fail,
@@ -27,6 +26,7 @@ from movements.services import (
     node_resolve_unknown,
 )
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ from django.contrib.admin import helpers
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from movements.actors import Actor
-from movements.exceptions import ActionRefused, InvalidInput, NotFound, NotPermitted
 from movements.services import intervention_force_fail
 from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import ActionRefused, InvalidInput, NotFound, NotPermitted
 from reservations.models import ReservationState
 from reservations.services import reservation_settle
 from tests.conftest import ALL_MOVEMENT_PERMS, make_user

@@ -8,10 +8,10 @@ from django.contrib.auth.models import Permission, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from movements.actors import Actor
-from movements.exceptions import QTGError
 from movements.services import movement_approve, movement_create
 from movements.states import RequestState
+from qtg.core.actors import Actor
+from qtg.core.errors import QTGError
 from reservations.services import hardcap_ensure_demo_defaults
 
 OPERATOR_PERMS = (

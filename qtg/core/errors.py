@@ -1,6 +1,5 @@
 """Domain errors. Each carries a stable code; the API maps them to one error shape."""
 
-from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -50,6 +49,13 @@ class ActionRefused(QTGError):
     http_status = 409
 
 
+class ReservationRefused(QTGError):
+    """Taking the reservation would break a limit (or no limit is configured)."""
+
+    code = "reservation_refused"
+    http_status = 409
+
+
 class StaleState(QTGError):
     """Someone else changed the row first; nothing was written."""
 
@@ -74,27 +80,3 @@ class NotPermitted(QTGError):
 class NotFound(QTGError):
     code = "not_found"
     http_status = 404
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why an action is not allowed now, before anything is raised: the value a policy returns.
-
-    ``code`` names the rule that refused (stable, for consoles and tests); ``error`` is the
-    domain error a service raises for it, which carries the API's error code and status;
-    ``message`` and ``details`` are that error's.
-    """
-
-    code: str
-    message: str
-    details: dict[str, Any] = field(default_factory=dict)
-    error: type[QTGError] = ActionRefused
-
-    def exception(self) -> QTGError:
-        return self.error(self.message, details=dict(self.details))
-
-
-def enforce(refusal: Refusal | None) -> None:
-    """Raise the refusal's error, if there is a refusal."""
-    if refusal is not None:
-        raise refusal.exception()

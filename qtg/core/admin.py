@@ -7,6 +7,20 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.http import HttpRequest
 
 
+class ReadOnlyModelAdmin(admin.ModelAdmin):
+    """A model whose rows change only through services (or never): no add, no change, no
+    delete in the admin. Operators act on it through the admin's actions, which call services."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ReadOnlyInline(admin.TabularInline):
     """An audit inline: no add, no change, no delete; visible to whoever may view the parent
     (``view_permission``), so the whole history is seen with the row it explains."""

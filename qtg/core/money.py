@@ -12,3 +12,8 @@ def format_amount(amount: Decimal | str | None, *, grouping: bool = False) -> st
         return None
     text = format(Decimal(amount), ",f" if grouping else "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# Every amount column: 38 significant digits, 18 of them decimal places (the smallest unit
+# of an 18-decimal token), so no venue's amount is ever rounded on the way in.
+MONEY = {"max_digits": 38, "decimal_places": 18}

@@ -1,0 +1,35 @@
+"""Model building blocks shared by the apps."""
+
+from django.db import models
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Bulk updates and deletes are refused: an audit table only grows."""
+
+    def update(self, **kwargs):
+        raise TypeError(f"{_label(self.model)} are append-only")
+
+    def delete(self):
+        raise TypeError(f"{_label(self.model)} are append-only")
+
+
+class AppendOnlyModel(models.Model):
+    """An audit record: written once, never changed, never deleted (the same through the
+    queryset, so ``update()``/``delete()`` cannot bypass it)."""
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise TypeError(f"{_label(type(self))} are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError(f"{_label(type(self))} are append-only")
+
+
+def _label(model: type[models.Model]) -> str:
+    return str(model._meta.verbose_name_plural).capitalize()
