@@ -5,6 +5,8 @@
 - :mod:`standins.contracts`: our Solidity sources (``standins/contracts/``), compiled with the
   npm ``solc`` package, and helpers to deploy and call them with locally signed transactions.
 - :mod:`standins.cctp`: the CCTP v1 stand-in (transmitter, messenger, USDC) and attestations.
+- :mod:`standins.exchange`: a local exchange speaking the part of Binance's and Upbit's REST APIs
+  that ccxt calls (balances, withdrawals, deposits), with faults on request.
 
 Node tools are pinned in ``standins/package.json`` + ``package-lock.json`` and installed by
 ``npm ci --prefix standins`` (``make install``).
