@@ -2,7 +2,8 @@
 
 Nothing here writes state. The movement page and the list are read-only; every change is an
 action (``movements.admin_actions``) that calls a service, after a confirmation page, and the
-service authorises and refuses. The console only hides what is illegal now or not permitted.
+service authorises and refuses. What the console shows, hides and explains comes from the same
+policies the services enforce (``movements.policies``).
 """
 
 import json
@@ -25,8 +26,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from movements import interface
-from movements.admin_actions import ACTIONS, ReasonForm, available_actions
+from movements import interface, policies
+from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
 from movements.admin_filters import (
     AssetFilter,
     CreatedRangeFilter,
@@ -40,14 +41,16 @@ from movements.models import (
     MovementRequestNode,
     RouteTemplate,
 )
+from movements.policies import Action, Rule
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
-from movements.states import ATTENTION_REQUEST_STATES, RequestState
+from movements.states import ATTENTION_REQUEST_STATES
 from qtg.core import money
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
 from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
+from qtg.core.policies import Refusal
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
@@ -258,16 +261,20 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         user = request.user
 
         @admin.display(description="actions")
-        def row_actions(obj):
-            nodes = getattr(obj, "live_nodes", None)
+        def row_actions(movement):
+            nodes = getattr(movement, "live_nodes", None)
             if nodes is None:
-                nodes = current_nodes(obj)
+                nodes = current_nodes(movement)
             return format_html_join(
                 " ",
                 '<a class="button qtg-action{}" href="{}">{}</a>',
                 (
-                    (" qtg-danger" if a.dangerous else "", self._action_url(obj, a.name), a.label)
-                    for a in available_actions(obj, nodes, user)
+                    (
+                        " qtg-danger" if a.dangerous else "",
+                        self._action_url(movement, a.name),
+                        a.label,
+                    )
+                    for a in available_actions(Situation.of(movement, nodes, user))
                 ),
             )
 
@@ -331,20 +338,21 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     # --- the movement page ------------------------------------------------------------------
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
-        obj = self.get_object(request, unquote(object_id))
-        if obj is not None and self.has_view_permission(request, obj):
-            extra_context = {**(extra_context or {}), **self._page_context(request, obj)}
+        movement = self.get_object(request, unquote(object_id))
+        if movement is not None and self.has_view_permission(request, movement):
+            extra_context = {**(extra_context or {}), **self._page_context(request, movement)}
         return super().change_view(request, object_id, form_url, extra_context)
 
-    def _page_context(self, request, obj: MovementRequest) -> dict[str, Any]:
-        nodes = current_nodes(obj)
-        user = request.user
+    def _page_context(self, request, movement: MovementRequest) -> dict[str, Any]:
+        situation = Situation.of(movement, current_nodes(movement), request.user)
+        refusals = {name: action.refusal(situation) for name, action in ACTIONS.items()}
         actions = [
-            {"action": a, "url": self._action_url(obj, a.name)}
-            for a in available_actions(obj, nodes, user)
+            {"action": action, "url": self._action_url(movement, name)}
+            for name, action in ACTIONS.items()
+            if refusals[name] is None
         ]
-        now = timezone.now()
-        reservation = reservation_of(obj)
+        approve = refusals[Action.APPROVE]
+        reservation = reservation_of(movement)
         return {
             "reservation": reservation
             and {
@@ -352,31 +360,33 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                 "amount": format_amount(reservation.amount),
                 "asset": reservation.asset,
             },
-            "subtitle": f"{obj.short_id} · {obj.template_key} · {format_amount(obj.amount)} "
-            f"{obj.asset}",
-            "movement": obj,
-            "state_badge": request_state_badge(obj.request_state),
-            "amount_display": format_amount(obj.amount),
+            "subtitle": f"{movement.short_id} · {movement.template_key} · "
+            f"{format_amount(movement.amount)} {movement.asset}",
+            "movement": movement,
+            "state_badge": request_state_badge(movement.request_state),
+            "amount_display": format_amount(movement.amount),
             "movement_actions": actions,
+            # An approval is pending and four-eyes keeps this user from giving it.
             "four_eyes_blocked": (
-                obj.request_state == RequestState.PENDING_APPROVAL
-                and obj.created_by_id == user.pk
-                and user.has_perm("movements.approve_movement")
+                approve is not None
+                and approve.code == Rule.FOUR_EYES
+                and policies.awaiting_approval(movement)
             ),
-            "approval_open": obj.expires_at is None or obj.expires_at > now,
-            "graph": plan_graph(obj, nodes),
-            "node_count": len(nodes),
+            "approval_open": policies.approval_open(movement, situation.now),
+            "graph": plan_graph(movement, situation.nodes),
+            "node_count": len(situation.nodes),
         }
 
-    def _action_url(self, obj, name: str) -> str:
+    def _action_url(self, movement, name: str) -> str:
         return reverse(
             f"{self.admin_site.name}:movements_movementrequest_action",
-            args=[quote(obj.pk), name],
+            args=[quote(movement.pk), name],
         )
 
-    def _change_url(self, obj) -> str:
+    def _change_url(self, movement) -> str:
         return reverse(
-            f"{self.admin_site.name}:movements_movementrequest_change", args=[quote(obj.pk)]
+            f"{self.admin_site.name}:movements_movementrequest_change",
+            args=[quote(movement.pk)],
         )
 
     # --- one action on one movement ---------------------------------------------------------
@@ -398,18 +408,18 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         action = ACTIONS.get(action_name)
         if action is None:
             raise Http404(f"no action {action_name!r}")
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None:
+        movement = self.get_object(request, unquote(object_id))
+        if movement is None:
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-        if not self.has_view_permission(request, obj):
+        if not self.has_view_permission(request, movement):
             raise PermissionDenied
-        nodes = current_nodes(obj)
+        situation = Situation.of(movement, current_nodes(movement), request.user)
         if request.method == "POST":
-            form = action.form(request.POST, nodes, posted=True)
+            form = action.form(request.POST, situation, posted=True)
             if form is None or form.is_valid():
                 data = form.cleaned_data if form is not None else {}
                 try:
-                    updated = action.run(request=obj, user=request.user, data=data)
+                    updated = action.run(movement=movement, user=request.user, data=data)
                 except QTGError as exc:
                     self.message_user(
                         request, f"{action.label} refused: {exc.message}", messages.ERROR
@@ -417,47 +427,52 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                 else:
                     self.message_user(
                         request,
-                        f"{action.label}: movement {obj.short_id} is now {updated.request_state}.",
+                        f"{action.label}: movement {movement.short_id} is now "
+                        f"{updated.request_state}.",
                         messages.SUCCESS,
                     )
-                return HttpResponseRedirect(self._change_url(obj))
+                return HttpResponseRedirect(self._change_url(movement))
         else:
-            if not action.is_available(obj, nodes, request.user):
+            refusal = action.refusal(situation)
+            if refusal is not None:
                 self.message_user(
-                    request, self._unavailable(action, obj, nodes, request.user), messages.ERROR
+                    request, self._unavailable(action, refusal, movement), messages.ERROR
                 )
-                return HttpResponseRedirect(self._change_url(obj))
-            form = action.form(None, nodes, posted=False)
+                return HttpResponseRedirect(self._change_url(movement))
+            form = action.form(None, situation, posted=False)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"{action.label}: are you sure?",
-            "movement": obj,
+            "movement": movement,
             "action": action,
             "form": form,
-            "state_badge": request_state_badge(obj.request_state),
-            "amount_display": format_amount(obj.amount),
-            "change_url": self._change_url(obj),
+            "state_badge": request_state_badge(movement.request_state),
+            "amount_display": format_amount(movement.amount),
+            "change_url": self._change_url(movement),
         }
         return TemplateResponse(
             request, "admin/movements/movementrequest/action_confirm.html", context
         )
 
     @staticmethod
-    def _unavailable(action, obj, nodes, user) -> str:
-        if not user.has_perm(action.perm):
-            return f"{action.label}: you do not have the permission {action.perm}."
-        if action.is_legal(obj, nodes):  # legal, permitted, and still not offered: four-eyes
+    def _unavailable(action, refusal: Refusal, movement: MovementRequest) -> str:
+        """Why the console does not offer ``action``, in the console's words."""
+        if refusal.code == Rule.PERMISSION:
+            return (
+                f"{action.label}: you do not have the permission {refusal.details['permission']}."
+            )
+        if refusal.code == Rule.FOUR_EYES:
             return f"{action.label}: four-eyes — you created this movement."
-        return f"{action.label} is not possible now: the movement is {obj.request_state}."
+        return f"{action.label} is not possible now: the movement is {movement.request_state}."
 
     # --- bulk approve / reject from the list --------------------------------------------------
 
     def has_approve_permission(self, request):
-        return request.user.has_perm("movements.approve_movement")
+        return policies.permission_refusal(Actor.for_user(request.user), Action.APPROVE) is None
 
     def has_reject_permission(self, request):
-        return request.user.has_perm("movements.reject_movement")
+        return policies.permission_refusal(Actor.for_user(request.user), Action.REJECT) is None
 
     @admin.action(description="Approve selected movements…", permissions=["approve"])
     def approve_selected(self, request, queryset):
@@ -487,14 +502,17 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
             .select_related("created_by")
             .order_by("-created_at")
         )
+        actor, now = Actor.for_user(request.user), timezone.now()
         eligible, skipped = [], []
         for row in rows:
-            if row.request_state != RequestState.PENDING_APPROVAL:
-                skipped.append((row, f"it is {row.request_state}"))
-            elif kind == "approve" and row.created_by_id == request.user.pk:
-                skipped.append((row, "four-eyes: you created it"))
+            if kind == "approve":
+                refusal = policies.approve_refusal(actor=actor, movement=row, now=now)
             else:
+                refusal = policies.reject_refusal(actor=actor, movement=row)
+            if refusal is None:
                 eligible.append(row)
+            else:
+                skipped.append((row, self._skip_reason(refusal, row)))
         totals: dict[str, Decimal] = {}
         for row in eligible:
             totals[row.asset] = totals.get(row.asset, Decimal(0)) + row.amount
@@ -516,6 +534,15 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         return TemplateResponse(
             request, "admin/movements/movementrequest/bulk_confirm.html", context
         )
+
+    @staticmethod
+    def _skip_reason(refusal: Refusal, movement: MovementRequest) -> str:
+        """Why a selected movement is left out of a bulk action, in the console's words."""
+        if refusal.code == Rule.FOUR_EYES:
+            return "four-eyes: you created it"
+        if refusal.code == Rule.STATE:
+            return f"it is {movement.request_state}"
+        return refusal.message
 
     def _bulk_perform(self, request, pks: list, *, kind: str, reason: str) -> None:
         actor = Actor.for_user(request.user)

@@ -1,19 +1,22 @@
 """The operator's actions on one movement, as the console offers them.
 
-Each action names its permission, says when it is legal (from the request and its current
-nodes), the form it needs, and the service it calls. The console uses ``is_legal`` and the
-permission only to decide what to SHOW; the service called by ``perform`` is what authorises
-(permission, four-eyes) and refuses a stale or illegal action.
+Each action names its policy (``movements.policies``: permission, four-eyes, the state it needs),
+the form it needs, and the service it calls. The console offers an action exactly when its
+policy has no refusal for the user and explains a refusal with it; the service called by
+``perform`` asks the same policy again on the locked rows and refuses a stale action.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.utils import timezone
 
-from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements import policies
+from movements.models import MovementRequest, MovementRequestNode
+from movements.policies import Action
 from movements.services import (
     intervention_force_complete,
     intervention_force_fail,
@@ -26,15 +29,9 @@ from movements.services import (
     node_resolve_unknown,
 )
 from movements.services.lifecycle import UNKNOWN_OUTCOMES
-from movements.states import (
-    IN_FLIGHT_NODE_STATES,
-    TERMINAL_REQUEST_STATES,
-    NodeState,
-    RequestState,
-)
 from qtg.core.actors import Actor
+from qtg.core.policies import Refusal
 
-RS = RequestState
 Nodes = list[MovementRequestNode]
 
 
@@ -85,165 +82,152 @@ class ResolveUnknownForm(ActionForm):
     )
 
 
-def _in(request: MovementRequest, *states: RequestState) -> bool:
-    return request.request_state in states
+@dataclass(frozen=True)
+class Situation:
+    """What the console knows when it asks an action's policy: who asks, the movement, its live
+    nodes, the time, and (when the operator picks one) the node."""
 
+    actor: Actor
+    movement: MovementRequest
+    nodes: Nodes
+    now: datetime
+    node_key: str | None = None
 
-def _nodes_in(nodes: Nodes, *states: NodeState) -> Nodes:
-    return [n for n in nodes if n.node_state in states]
-
-
-def _waiting_gates(nodes: Nodes) -> Nodes:
-    return [n for n in nodes if n.kind == NodeKind.MANUAL_GATE and n.node_state == NodeState.READY]
-
-
-def _approval_open(request: MovementRequest) -> bool:
-    return request.expires_at is None or request.expires_at > timezone.now()
+    @classmethod
+    def of(cls, movement: MovementRequest, nodes: Nodes, user: Any) -> "Situation":
+        return cls(Actor.for_user(user), movement, nodes, timezone.now())
 
 
 @dataclass(frozen=True)
 class MovementAction:
     name: str
     label: str
-    permission: str
     what_happens: str
-    is_legal: Callable[[MovementRequest, Nodes], bool]
+    # Why the action is not offered in a situation, None when it is: its policy
+    # (movements.policies), asked with what the console knows.
+    refusal: Callable[[Situation], Refusal | None]
     perform: Callable[..., MovementRequest]
     form_class: type[ActionForm] | None = None
-    # The nodes an operator picks from, when the action acts on one node.
-    eligible_nodes: Callable[[Nodes], Nodes] | None = None
+    # The operator picks the node the action acts on, among those the policy allows.
+    picks_node: bool = False
     dangerous: bool = False
 
-    @property
-    def perm(self) -> str:
-        return f"movements.{self.permission}"
-
-    def is_available(self, request: MovementRequest, nodes: Nodes, user: Any) -> bool:
-        """Shown to this user now: legal, permitted, and (approve) not their own movement."""
-        if not self.is_legal(request, nodes) or not user.has_perm(self.perm):
-            return False
-        return not (self.name == "approve" and request.created_by_id == user.pk)
-
-    def form(self, data: Any, nodes: Nodes, *, posted: bool) -> ActionForm | None:
+    def form(self, data: Any, situation: Situation, *, posted: bool) -> ActionForm | None:
         """The input form. A posted form accepts any current node: whether that node can be
         acted on now is the service's call, so a stale choice is refused there, with a reason."""
         if self.form_class is None:
             return None
-        candidates = nodes if posted or self.eligible_nodes is None else self.eligible_nodes(nodes)
+        candidates = situation.nodes
+        if self.picks_node and not posted:
+            candidates = [
+                n
+                for n in situation.nodes
+                if self.refusal(replace(situation, node_key=n.node_key)) is None
+            ]
         choices = [(n.node_key, f"{n.node_key} ({n.node_state})") for n in candidates]
         return self.form_class(data, node_choices=choices)
 
-    def run(self, *, request: MovementRequest, user: Any, data: dict[str, Any]) -> MovementRequest:
-        return self.perform(request=request.pk, actor=Actor.for_user(user), **data)
+    def run(self, *, movement: MovementRequest, user: Any, data: dict[str, Any]) -> MovementRequest:
+        return self.perform(request=movement.pk, actor=Actor.for_user(user), **data)
 
 
 ACTIONS: dict[str, MovementAction] = {
     action.name: action
     for action in [
         MovementAction(
-            name="approve",
+            name=Action.APPROVE,
             label="Approve",
-            permission="approve_movement",
             what_happens="The movement is approved and its first steps become ready to run.",
-            is_legal=lambda r, nodes: _in(r, RS.PENDING_APPROVAL) and _approval_open(r),
+            refusal=lambda s: policies.approve_refusal(
+                actor=s.actor, movement=s.movement, now=s.now
+            ),
             perform=movement_approve,
         ),
         MovementAction(
-            name="reject",
+            name=Action.REJECT,
             label="Reject",
-            permission="reject_movement",
             what_happens="The movement is rejected, nothing runs, and its reservation is released.",
-            is_legal=lambda r, nodes: _in(r, RS.PENDING_APPROVAL),
+            refusal=lambda s: policies.reject_refusal(actor=s.actor, movement=s.movement),
             perform=movement_reject,
             form_class=ReasonForm,
             dangerous=True,
         ),
         MovementAction(
-            name="resume_gate",
+            name=Action.RESUME_GATE,
             label="Resume manual gate",
-            permission="resume_manual_gate",
             what_happens="The manual gate completes and the movement continues past it.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.WAITING_MANUAL_ACTION, RS.EXECUTING) and bool(_waiting_gates(nodes))
+            refusal=lambda s: policies.resume_gate_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=manual_gate_resume,
             form_class=ManualGateForm,
-            eligible_nodes=_waiting_gates,
+            picks_node=True,
         ),
         MovementAction(
-            name="cancel",
+            name=Action.CANCEL,
             label="Cancel",
-            permission="cancel_movement",
             what_happens="Steps that have not started are cancelled and the movement ends as "
             "CANCELLED. Refused while money may be in flight.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.EXECUTING, RS.WAITING_MANUAL_ACTION)
-                and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
+            refusal=lambda s: policies.cancel_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=movement_cancel,
             form_class=ReasonForm,
             dangerous=True,
         ),
         MovementAction(
-            name="resolve_unknown",
+            name=Action.RESOLVE_UNKNOWN,
             label="Resolve UNKNOWN node",
-            permission="resolve_unknown_node",
             what_happens="The node takes the outcome you give, with your evidence recorded, and "
             "the movement carries on from there.",
-            is_legal=lambda r, nodes: (
-                r.request_state not in TERMINAL_REQUEST_STATES
-                and bool(_nodes_in(nodes, NodeState.UNKNOWN))
+            refusal=lambda s: policies.resolve_unknown_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=node_resolve_unknown,
             form_class=ResolveUnknownForm,
-            eligible_nodes=lambda nodes: _nodes_in(nodes, NodeState.UNKNOWN),
+            picks_node=True,
         ),
         MovementAction(
-            name="intervention_resume",
+            name=Action.INTERVENTION_RESUME,
             label="Resume",
-            permission="resume_intervention",
             what_happens="The movement goes back to EXECUTING and waiting steps wake up.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION)
-                and not _nodes_in(nodes, NodeState.FAILED, NodeState.UNKNOWN)
+            refusal=lambda s: policies.intervention_resume_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_resume,
             form_class=ReasonForm,
         ),
         MovementAction(
-            name="intervention_retry",
+            name=Action.INTERVENTION_RETRY,
             label="Retry node",
-            permission="retry_node",
             what_happens="A new attempt of the failed node becomes ready; the failed attempt "
             "stays in the history.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION) and bool(_nodes_in(nodes, NodeState.FAILED))
+            refusal=lambda s: policies.retry_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
             perform=intervention_retry,
             form_class=NodeReasonForm,
-            eligible_nodes=lambda nodes: _nodes_in(nodes, NodeState.FAILED),
+            picks_node=True,
         ),
         MovementAction(
-            name="force_complete",
+            name=Action.FORCE_COMPLETE,
             label="Force complete",
-            permission="force_complete_movement",
             what_happens="The movement is marked COMPLETED on your word and its reservation is "
             "consumed. Steps that have not started are cancelled.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
+            refusal=lambda s: policies.force_complete_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_force_complete,
             form_class=ReasonForm,
             dangerous=True,
         ),
         MovementAction(
-            name="force_fail",
+            name=Action.FORCE_FAIL,
             label="Force fail",
-            permission="force_fail_movement",
             what_happens="The movement is marked FAILED on your word. Steps that have not "
             "started are cancelled.",
-            is_legal=lambda r, nodes: (
-                _in(r, RS.MANUAL_INTERVENTION) and not _nodes_in(nodes, *IN_FLIGHT_NODE_STATES)
+            refusal=lambda s: policies.force_fail_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=intervention_force_fail,
             form_class=ReasonForm,
@@ -253,6 +237,6 @@ ACTIONS: dict[str, MovementAction] = {
 }
 
 
-def available_actions(request: MovementRequest, nodes: Nodes, user: Any) -> list[MovementAction]:
-    """The actions this user may take on this movement now, in display order."""
-    return [action for action in ACTIONS.values() if action.is_available(request, nodes, user)]
+def available_actions(situation: Situation) -> list[MovementAction]:
+    """The actions offered in ``situation`` (the user may take them now), in display order."""
+    return [action for action in ACTIONS.values() if action.refusal(situation) is None]

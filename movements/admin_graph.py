@@ -143,14 +143,14 @@ def layout(
     )
 
 
-def plan_graph(request: MovementRequest, current_nodes: list) -> PlanGraph:
-    """The picture of ``request``'s plan, each node coloured by the state of its live attempt."""
-    attempts = {n.node_key: n for n in current_nodes}
-    frontier = set(request.current_frontier or [])
-    nodes = []
-    for plan_node in MovementPlanNode.objects.filter(request=request).order_by("position", "pk"):
+def plan_graph(movement: MovementRequest, nodes: list) -> PlanGraph:
+    """The picture of ``movement``'s plan, each node coloured by the state of its live attempt."""
+    attempts = {n.node_key: n for n in nodes}
+    frontier = set(movement.current_frontier or [])
+    graph_nodes = []
+    for plan_node in MovementPlanNode.objects.filter(request=movement).order_by("position", "pk"):
         attempt = attempts.get(plan_node.key)
-        nodes.append(
+        graph_nodes.append(
             GraphNode(
                 key=plan_node.key,
                 kind=plan_node.kind,
@@ -161,8 +161,10 @@ def plan_graph(request: MovementRequest, current_nodes: list) -> PlanGraph:
             )
         )
     edges = list(
-        MovementPlanEdge.objects.filter(request=request)
+        MovementPlanEdge.objects.filter(request=movement)
         .order_by("source__position", "target__position")
         .values_list("source__key", "target__key")
     )
-    return layout(nodes, edges, done_states=frozenset({NodeState.COMPLETED, NodeState.SKIPPED}))
+    return layout(
+        graph_nodes, edges, done_states=frozenset({NodeState.COMPLETED, NodeState.SKIPPED})
+    )

@@ -1,12 +1,15 @@
 """Who may do what in the operator console: the operator and supervisor groups.
 
-The custom permissions themselves are declared on ``MovementRequest.Meta.permissions``; the
-services check them (authorisation lives there). This module only says which group holds which
-permission, so ``setup_groups`` and the demo seed create the same groups.
+The custom permissions themselves are declared on ``MovementRequest.Meta.permissions`` and
+which action needs which is said in ``movements.policies`` (the services enforce it). This
+module only says which group holds which permission, so ``setup_groups`` and the demo seed
+create the same groups.
 """
 
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
+
+from movements.policies import PERMISSIONS, Action
 
 OPERATORS = "operators"
 SUPERVISORS = "supervisors"
@@ -23,21 +26,14 @@ VIEW_PERMISSIONS = (
     "callbacks.view_subscription",
 )
 
-OPERATOR_PERMISSIONS = (
-    *VIEW_PERMISSIONS,
-    "movements.approve_movement",
-    "movements.reject_movement",
-    "movements.resume_manual_gate",
-    "movements.cancel_movement",
-)
+OPERATOR_ACTIONS = (Action.APPROVE, Action.REJECT, Action.RESUME_GATE, Action.CANCEL)
+
+OPERATOR_PERMISSIONS = (*VIEW_PERMISSIONS, *(PERMISSIONS[a] for a in OPERATOR_ACTIONS))
 
 SUPERVISOR_PERMISSIONS = (
     *OPERATOR_PERMISSIONS,
-    "movements.resolve_unknown_node",
-    "movements.resume_intervention",
-    "movements.retry_node",
-    "movements.force_complete_movement",
-    "movements.force_fail_movement",
+    # The ways out of trouble: UNKNOWN nodes and MANUAL_INTERVENTION.
+    *(PERMISSIONS[a] for a in Action if a not in OPERATOR_ACTIONS),
     "callbacks.redeliver_delivery",
     "reservations.settle_reservation",
 )

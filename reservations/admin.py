@@ -12,6 +12,7 @@ from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from reservations.policies import Rule, settle_permission_refusal, settle_refusal
 from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
 
 
@@ -101,7 +102,7 @@ class ReservationAdmin(ReadOnlyModelAdmin):
     actions = ["consume_selected", "release_selected"]
 
     def has_settle_permission(self, request) -> bool:
-        return request.user.has_perm("reservations.settle_reservation")
+        return settle_permission_refusal(Actor.for_user(request.user)) is None
 
     @admin.display(description="movement", ordering="request")
     def movement(self, obj: Reservation):
@@ -115,11 +116,24 @@ class ReservationAdmin(ReadOnlyModelAdmin):
     def movement_state(self, obj: Reservation) -> str:
         return obj.request.request_state
 
+    @staticmethod
+    def _held(rows: list[Reservation], actor: Actor) -> list[Reservation]:
+        """The selected reservations still HELD. One whose movement is still running stays in:
+        the service refuses it with its reason, shown to the operator."""
+        held = []
+        for reservation in rows:
+            movement = reservation.request
+            refusal = settle_refusal(actor=actor, reservation=reservation, movement=movement)
+            if refusal is None or refusal.code != Rule.NOT_HELD:
+                held.append(reservation)
+        return held
+
     def _settle(self, request, queryset, outcome: str, verb: str):
-        held = queryset.filter(state=ReservationState.HELD)
+        actor = Actor.for_user(request.user)
+        rows = list(queryset.select_related("request"))
+        held = self._held(rows, actor)
         form = SettleForm(request.POST if request.POST.get("post") else None)
         if request.POST.get("post") and form.is_valid():
-            actor = Actor.for_user(request.user)
             done = 0
             for reservation in held:
                 try:
@@ -137,16 +151,15 @@ class ReservationAdmin(ReadOnlyModelAdmin):
                     request, f"{verb.capitalize()}d {done} reservation(s).", messages.SUCCESS
                 )
             return None
-        reservations = list(held.select_related("request"))
         context = bulk_confirmation_context(
             self,
             request,
             title=f"{verb.capitalize()} held reservations",
-            has_items=bool(reservations),
+            has_items=bool(held),
             verb=verb,
             outcome=outcome,
-            reservations=reservations,
-            skipped=queryset.count() - len(reservations),
+            reservations=held,
+            skipped=len(rows) - len(held),
             form=form,
         )
         return TemplateResponse(request, "reservations/settle_confirmation.html", context)

@@ -18,17 +18,13 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.interface import TERMINAL_REQUEST_STATES, MovementRequest
+from movements.interface import MovementRequest
 from qtg.core.actors import Actor
-from qtg.core.errors import (
-    ActionRefused,
-    InvalidInput,
-    NotFound,
-    NotPermitted,
-    ReservationRefused,
-)
+from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount
+from qtg.core.policies import enforce
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from reservations.policies import settle_permission_refusal, settle_refusal
 
 VELOCITY_WINDOW = timedelta(hours=24)
 ZERO = Decimal("0")
@@ -219,11 +215,7 @@ def reservation_settle(
 ) -> Reservation:
     """An operator consumes or releases a reservation the post-transition table left HELD
     (a movement that ended FAILED or CANCELLED after money may have left), with a reason."""
-    if not actor.has_perm("reservations.settle_reservation"):
-        raise NotPermitted(
-            f"{actor} lacks the permission reservations.settle_reservation",
-            details={"permission": "reservations.settle_reservation"},
-        )
+    enforce(settle_permission_refusal(actor))
     if outcome not in SETTLE_OUTCOMES:
         raise InvalidInput(
             "outcome must be CONSUMED or RELEASED",
@@ -244,17 +236,7 @@ def reservation_settle(
     # Lock order: the movement request before what hangs off it.
     request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_id)
     reservation = Reservation.objects.select_for_update().get(pk=pk)
-    if reservation.state != ReservationState.HELD:
-        raise ActionRefused(
-            f"the reservation is already {reservation.state}",
-            details={"current_state": reservation.state},
-        )
-    if request.request_state not in TERMINAL_REQUEST_STATES:
-        raise ActionRefused(
-            f"cannot settle while the movement is {request.request_state}: only a finished "
-            f"movement's reservation is settled by hand",
-            details={"current_state": request.request_state},
-        )
+    enforce(settle_refusal(actor=actor, reservation=reservation, movement=request))
     return _apply(
         reservation,
         outcome=outcome,

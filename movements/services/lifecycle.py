@@ -1,9 +1,11 @@
 """The request lifecycle: create, approve, reject, expire, cancel, resume a manual gate,
 resolve an UNKNOWN node, and the operator's ways out of MANUAL_INTERVENTION.
 
-Every service takes keyword-only arguments and the acting user or system component, checks
-the actor's permission (authorisation lives here, not in the admin or the API), locks the rows
-it changes, and changes state only through ``set_request_state`` / ``set_node_state``.
+Every service takes keyword-only arguments and the acting user or system component, locks the
+rows it changes, asks the action's policy (``movements.policies``: the permission, four-eyes,
+the state preconditions) and raises its refusal, and changes state only through
+``set_request_state`` / ``set_node_state``. The permission is asked first, before the movement
+is read, so a caller without it learns nothing about the movement.
 """
 
 import hashlib
@@ -24,7 +26,21 @@ from movements.models import (
     MovementPlanNode,
     MovementRequest,
     MovementRequestNode,
-    NodeKind,
+)
+from movements.policies import (
+    Action,
+    approve_refusal,
+    cancel_refusal,
+    expire_refusal,
+    force_complete_refusal,
+    force_fail_refusal,
+    intervention_resume_refusal,
+    permission_refusal,
+    reject_refusal,
+    resolve_unknown_refusal,
+    resume_gate_refusal,
+    retry_refusal,
+    waiting_gates,
 )
 from movements.selectors import current_nodes
 from movements.services.progress import (
@@ -36,35 +52,22 @@ from movements.services.progress import (
 )
 from movements.services.state import record_event, set_node_state, set_request_state
 from movements.services.templates import route_template_current
-from movements.states import (
-    IN_FLIGHT_NODE_STATES,
-    RUNNING_NODE_STATES,
-    NodeState,
-    RequestState,
-)
+from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import (
     ActionRefused,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
-    NotPermitted,
     QTGError,
     ReservationRefused,
     TemplateInvalid,
 )
+from qtg.core.policies import enforce
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
 SQLITE_EXACT_DIGITS = 15
-
-
-def _authorize(actor: Actor, codename: str) -> None:
-    if not actor.has_perm(f"movements.{codename}"):
-        raise NotPermitted(
-            f"{actor} lacks the permission movements.{codename}",
-            details={"permission": f"movements.{codename}"},
-        )
 
 
 def _lock_request(request: MovementRequest | Any) -> MovementRequest:
@@ -73,17 +76,6 @@ def _lock_request(request: MovementRequest | Any) -> MovementRequest:
         return MovementRequest.objects.select_for_update(no_key=True).get(pk=pk)
     except (MovementRequest.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"movement {pk} does not exist") from None
-
-
-def _require_state(request: MovementRequest, *states: RequestState, action: str) -> None:
-    if request.request_state not in states:
-        raise ActionRefused(
-            f"cannot {action}: the movement is {request.request_state}",
-            details={
-                "current_state": request.request_state,
-                "allowed_states": [str(s) for s in states],
-            },
-        )
 
 
 def _require_reason(reason: str, action: str) -> str:
@@ -356,19 +348,9 @@ def _cancel_waiting_nodes(
 def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
     """PENDING_APPROVAL -> APPROVED; the root nodes become READY. Nobody approves a movement
     they created (four-eyes)."""
-    _authorize(actor, "approve_movement")
+    enforce(permission_refusal(actor, Action.APPROVE))
     request = _lock_request(request)
-    if actor.user is not None and request.created_by_id == actor.user.pk:
-        raise NotPermitted("four-eyes: you cannot approve a movement you created")
-    _require_state(request, RequestState.PENDING_APPROVAL, action="approve")
-    if request.expires_at and request.expires_at <= timezone.now():
-        raise ActionRefused(
-            f"cannot approve: the approval window closed at {request.expires_at.isoformat()}",
-            details={
-                "current_state": request.request_state,
-                "expires_at": request.expires_at.isoformat(),
-            },
-        )
+    enforce(approve_refusal(actor=actor, movement=request, now=timezone.now()))
     request.approved_by = actor.user
     request.approved_at = timezone.now()
     set_request_state(
@@ -401,10 +383,10 @@ def movement_reject(
     *, request: MovementRequest | Any, actor: Actor, reason: str
 ) -> MovementRequest:
     """PENDING_APPROVAL -> REJECTED with a reason; the reservation is released."""
-    _authorize(actor, "reject_movement")
+    enforce(permission_refusal(actor, Action.REJECT))
     reason = _require_reason(reason, "reject")
     request = _lock_request(request)
-    _require_state(request, RequestState.PENDING_APPROVAL, action="reject")
+    enforce(reject_refusal(actor=actor, movement=request))
     return _end_before_execution(
         request, new_state=RequestState.REJECTED, actor=actor, reason=reason
     )
@@ -414,12 +396,7 @@ def movement_reject(
 def movement_expire(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
     """PENDING_APPROVAL -> EXPIRED once ``expires_at`` has passed."""
     request = _lock_request(request)
-    _require_state(request, RequestState.PENDING_APPROVAL, action="expire")
-    if request.expires_at is None or request.expires_at > timezone.now():
-        raise ActionRefused(
-            "cannot expire: the approval window is still open",
-            details={"current_state": request.request_state},
-        )
+    enforce(expire_refusal(movement=request, now=timezone.now()))
     return _end_before_execution(
         request,
         new_state=RequestState.EXPIRED,
@@ -449,27 +426,17 @@ def movement_cancel(
 ) -> MovementRequest:
     """EXECUTING/WAITING_MANUAL_ACTION -> CANCELLED; refused while any node is in flight
     (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED."""
-    _authorize(actor, "cancel_movement")
+    enforce(permission_refusal(actor, Action.CANCEL))
     reason = _require_reason(reason, "cancel")
     request = _lock_request(request)
-    _require_state(
-        request, RequestState.EXECUTING, RequestState.WAITING_MANUAL_ACTION, action="cancel"
-    )
-    nodes = current_nodes(request, lock=True)
-    in_flight = [n.node_key for n in nodes if n.node_state in IN_FLIGHT_NODE_STATES]
-    if in_flight:
-        raise ActionRefused(
-            f"cannot cancel while money may be in flight at {', '.join(in_flight)}",
-            details={"current_state": request.request_state, "in_flight_nodes": in_flight},
-        )
+    enforce(cancel_refusal(actor=actor, movement=request, nodes=current_nodes(request, lock=True)))
     return _end_before_execution(
         request, new_state=RequestState.CANCELLED, actor=actor, reason=reason
     )
 
 
-def _current_node(request: MovementRequest, node_key: str | None, *, lock: bool = True):
-    nodes = current_nodes(request, lock=lock)
-    return nodes, {n.node_key: n for n in nodes}.get(node_key) if node_key else None
+def _named(nodes: list[MovementRequestNode], node_key: str) -> MovementRequestNode:
+    return next(n for n in nodes if n.node_key == node_key)
 
 
 @transaction.atomic
@@ -477,23 +444,11 @@ def manual_gate_resume(
     *, request: MovementRequest | Any, actor: Actor, node_key: str | None = None, note: str = ""
 ) -> MovementRequest:
     """Release a READY manual gate: the gate completes and the frontier moves past it."""
-    _authorize(actor, "resume_manual_gate")
+    enforce(permission_refusal(actor, Action.RESUME_GATE))
     request = _lock_request(request)
-    _require_state(
-        request,
-        RequestState.WAITING_MANUAL_ACTION,
-        RequestState.EXECUTING,
-        action="resume a manual gate",
-    )
     nodes = current_nodes(request, lock=True)
-    gates = [n for n in nodes if n.kind == NodeKind.MANUAL_GATE and n.node_state == NodeState.READY]
-    if node_key:
-        gates = [n for n in gates if n.node_key == node_key]
-    if not gates:
-        raise ActionRefused(
-            f"no manual gate {node_key or ''} is waiting".replace("  ", " "),
-            details={"current_state": request.request_state},
-        )
+    enforce(resume_gate_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
+    gates = waiting_gates(nodes, node_key)
     if len(gates) > 1:
         raise InvalidInput(
             "several manual gates are waiting: name one",
@@ -524,7 +479,7 @@ def node_resolve_unknown(
 ) -> MovementRequest:
     """An operator reconciles an UNKNOWN node by hand: SUBMITTED, COMPLETED or FAILED, with the
     evidence that says so."""
-    _authorize(actor, "resolve_unknown_node")
+    enforce(permission_refusal(actor, Action.RESOLVE_UNKNOWN))
     if outcome not in UNKNOWN_OUTCOMES:
         raise InvalidInput(
             "outcome must be SUBMITTED, COMPLETED or FAILED",
@@ -535,14 +490,9 @@ def node_resolve_unknown(
             "evidence is required to resolve an UNKNOWN node", details={"evidence": ["required"]}
         )
     request = _lock_request(request)
-    nodes, node = _current_node(request, node_key)
-    if node is None:
-        raise NotFound(f"movement has no node {node_key!r}")
-    if node.node_state != NodeState.UNKNOWN:
-        raise ActionRefused(
-            f"node {node_key} is {node.node_state}, not UNKNOWN",
-            details={"current_state": node.node_state},
-        )
+    nodes = current_nodes(request, lock=True)
+    enforce(resolve_unknown_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
+    node = _named(nodes, node_key)
     node.lease_owner, node.lease_expires_at = "", None
     set_node_state(
         node=node,
@@ -558,27 +508,17 @@ def node_resolve_unknown(
     return request
 
 
-def _require_intervention(request: MovementRequest, action: str) -> None:
-    _require_state(request, RequestState.MANUAL_INTERVENTION, action=action)
-
-
 @transaction.atomic
 def intervention_resume(
     *, request: MovementRequest | Any, actor: Actor, reason: str
 ) -> MovementRequest:
     """MANUAL_INTERVENTION -> EXECUTING once no node is FAILED or UNKNOWN; the frontier is
     re-examined so nodes whose predecessors are done wake up."""
-    _authorize(actor, "resume_intervention")
+    enforce(permission_refusal(actor, Action.INTERVENTION_RESUME))
     reason = _require_reason(reason, "resume")
     request = _lock_request(request)
-    _require_intervention(request, "resume")
     nodes = current_nodes(request, lock=True)
-    stuck = [n.node_key for n in nodes if n.node_state in (NodeState.FAILED, NodeState.UNKNOWN)]
-    if stuck:
-        raise ActionRefused(
-            f"cannot resume while {', '.join(stuck)} is FAILED or UNKNOWN: retry or resolve it",
-            details={"current_state": request.request_state, "nodes": stuck},
-        )
+    enforce(intervention_resume_refusal(actor=actor, movement=request, nodes=nodes))
     set_request_state(
         request=request,
         new_state=RequestState.EXECUTING,
@@ -596,18 +536,12 @@ def intervention_retry(
 ) -> MovementRequest:
     """A new attempt of a FAILED node. The failed attempt keeps its history and no longer
     counts in derivation; the request goes back to EXECUTING once nothing else is stuck."""
-    _authorize(actor, "retry_node")
+    enforce(permission_refusal(actor, Action.INTERVENTION_RETRY))
     reason = _require_reason(reason, "retry")
     request = _lock_request(request)
-    _require_intervention(request, "retry")
-    nodes, failed = _current_node(request, node_key)
-    if failed is None:
-        raise NotFound(f"movement has no node {node_key!r}")
-    if failed.node_state != NodeState.FAILED:
-        raise ActionRefused(
-            f"only a FAILED node can be retried; {node_key} is {failed.node_state}",
-            details={"current_state": failed.node_state},
-        )
+    nodes = current_nodes(request, lock=True)
+    enforce(retry_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
+    failed = _named(nodes, node_key)
     failed.is_current = False
     failed.save(update_fields=["is_current", "updated_at"])
     attempt = MovementRequestNode.attempt_of(
@@ -635,20 +569,8 @@ def intervention_retry(
 
 def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: Actor, reason: str):
     nodes = current_nodes(request, lock=True)
-    running = [n.node_key for n in nodes if n.node_state in RUNNING_NODE_STATES]
-    if running:
-        raise ActionRefused(
-            f"cannot force while {', '.join(running)} is still running",
-            details={"current_state": request.request_state, "running_nodes": running},
-        )
-    # An UNKNOWN node may have moved money: its outcome is settled with evidence (resolve),
-    # not overridden by ending the request around it while recovery still reconciles it.
-    unknown = [n.node_key for n in nodes if n.node_state == NodeState.UNKNOWN]
-    if unknown:
-        raise ActionRefused(
-            f"cannot force while {', '.join(unknown)} is UNKNOWN: resolve it with evidence first",
-            details={"current_state": request.request_state, "unknown_nodes": unknown},
-        )
+    policy = force_complete_refusal if new_state == RequestState.COMPLETED else force_fail_refusal
+    enforce(policy(actor=actor, movement=request, nodes=nodes))
     request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
     _cancel_waiting_nodes(request, nodes, actor, reason)
     set_request_state(
@@ -667,10 +589,9 @@ def intervention_force_complete(
     *, request: MovementRequest | Any, actor: Actor, reason: str
 ) -> MovementRequest:
     """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed."""
-    _authorize(actor, "force_complete_movement")
+    enforce(permission_refusal(actor, Action.FORCE_COMPLETE))
     reason = _require_reason(reason, "force-complete")
     request = _lock_request(request)
-    _require_intervention(request, "force-complete")
     return _force_finish(request, new_state=RequestState.COMPLETED, actor=actor, reason=reason)
 
 
@@ -680,8 +601,7 @@ def intervention_force_fail(
 ) -> MovementRequest:
     """MANUAL_INTERVENTION -> FAILED on an operator's word; the reservation stays held when a
     side effect completed (an operator settles it)."""
-    _authorize(actor, "force_fail_movement")
+    enforce(permission_refusal(actor, Action.FORCE_FAIL))
     reason = _require_reason(reason, "force-fail")
     request = _lock_request(request)
-    _require_intervention(request, "force-fail")
     return _force_finish(request, new_state=RequestState.FAILED, actor=actor, reason=reason)

@@ -1,0 +1,332 @@
+"""Who may take which operator action on a movement, and when: the rules, written once.
+
+One function per action returns a :class:`Refusal` naming the first rule that refuses, or None
+when the action is allowed now. The services raise the refusal (its error class carries the
+API's code and status: 403 for a missing permission and for four-eyes, 404 for a node that does
+not exist, 409 for everything the situation refuses); the console offers a button exactly when
+the function returns None for the user, explains a refusal from it, and sorts the rows of a
+bulk action with it. Input validation (a reason, evidence, an outcome) stays in the services.
+
+Each function takes what its rules read: the actor, the movement, its current nodes, the time,
+and the node the action targets. The node-level actions (resume a manual gate, resolve an
+UNKNOWN node, retry a node) called without ``node_key`` answer whether the action is possible
+on some node: what the console asks before the operator picks one.
+
+The permission comes first everywhere, four-eyes next (it is a matter of who, like the
+permission), then the movement's state, then its nodes.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements.states import (
+    IN_FLIGHT_NODE_STATES,
+    RUNNING_NODE_STATES,
+    TERMINAL_REQUEST_STATES,
+    NodeState,
+    RequestState,
+)
+from qtg.core import policies as core
+from qtg.core.actors import Actor
+from qtg.core.errors import NotFound, NotPermitted
+from qtg.core.policies import Refusal, lacks_permission
+
+RS = RequestState
+Nodes = Sequence[MovementRequestNode]
+
+
+class Action(StrEnum):
+    """The operator's actions on a movement (the names are the console's URL slugs)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    RESUME_GATE = "resume_gate"
+    CANCEL = "cancel"
+    RESOLVE_UNKNOWN = "resolve_unknown"
+    INTERVENTION_RESUME = "intervention_resume"
+    INTERVENTION_RETRY = "intervention_retry"
+    FORCE_COMPLETE = "force_complete"
+    FORCE_FAIL = "force_fail"
+
+
+# The custom permissions are declared on MovementRequest.Meta.permissions.
+PERMISSIONS: dict[Action, str] = {
+    Action.APPROVE: "movements.approve_movement",
+    Action.REJECT: "movements.reject_movement",
+    Action.RESUME_GATE: "movements.resume_manual_gate",
+    Action.CANCEL: "movements.cancel_movement",
+    Action.RESOLVE_UNKNOWN: "movements.resolve_unknown_node",
+    Action.INTERVENTION_RESUME: "movements.resume_intervention",
+    Action.INTERVENTION_RETRY: "movements.retry_node",
+    Action.FORCE_COMPLETE: "movements.force_complete_movement",
+    Action.FORCE_FAIL: "movements.force_fail_movement",
+}
+
+
+class Rule(StrEnum):
+    """The ``code`` of a refusal: which rule refused."""
+
+    PERMISSION = core.PERMISSION
+    FOUR_EYES = "four_eyes"
+    STATE = "state"
+    APPROVAL_WINDOW = "approval_window"
+    IN_FLIGHT = "in_flight"
+    NO_WAITING_GATE = "no_waiting_gate"
+    NO_SUCH_NODE = "no_such_node"
+    NODE_STATE = "node_state"
+    STUCK_NODES = "stuck_nodes"
+    RUNNING_NODES = "running_nodes"
+    UNKNOWN_NODES = "unknown_nodes"
+
+
+APPROVAL_STATES = (RS.PENDING_APPROVAL,)
+CANCELLABLE_STATES = (RS.EXECUTING, RS.WAITING_MANUAL_ACTION)
+GATE_STATES = (RS.WAITING_MANUAL_ACTION, RS.EXECUTING)
+INTERVENTION_STATES = (RS.MANUAL_INTERVENTION,)
+
+
+# --- building blocks ---------------------------------------------------------------------------
+
+
+def permission_refusal(actor: Actor, action: Action) -> Refusal | None:
+    """The actor may not take ``action`` on any movement. Every policy below starts with it;
+    a service asks it alone before it reads the movement, and the console before it offers a
+    bulk action."""
+    return lacks_permission(actor, PERMISSIONS[action])
+
+
+def _state_refusal(movement: MovementRequest, action: str, *allowed: RequestState):
+    if movement.request_state in allowed:
+        return None
+    return Refusal(
+        Rule.STATE,
+        f"cannot {action}: the movement is {movement.request_state}",
+        {"current_state": movement.request_state, "allowed_states": [str(s) for s in allowed]},
+    )
+
+
+def _nodes_in(nodes: Nodes, states: Any) -> list[str]:
+    return [n.node_key for n in nodes if n.node_state in states]
+
+
+def _node(nodes: Nodes, node_key: str) -> MovementRequestNode | None:
+    return next((n for n in nodes if n.node_key == node_key), None) if node_key else None
+
+
+def _no_such_node(node_key: str) -> Refusal:
+    return Refusal(Rule.NO_SUCH_NODE, f"movement has no node {node_key!r}", error=NotFound)
+
+
+def awaiting_approval(movement: MovementRequest) -> bool:
+    """Approve, reject and expire apply only while the movement waits for its approval."""
+    return movement.request_state in APPROVAL_STATES
+
+
+def approval_open(movement: MovementRequest, now: datetime) -> bool:
+    """The approval window has not closed (a movement without ``expires_at`` never closes)."""
+    return movement.expires_at is None or movement.expires_at > now
+
+
+def waiting_gates(nodes: Nodes, node_key: str | None = None) -> list[MovementRequestNode]:
+    """The manual gates waiting for an operator (READY), or the one named ``node_key``."""
+    return [
+        n
+        for n in nodes
+        if n.kind == NodeKind.MANUAL_GATE
+        and n.node_state == NodeState.READY
+        and (not node_key or n.node_key == node_key)
+    ]
+
+
+# --- one policy per action ---------------------------------------------------------------------
+
+
+def approve_refusal(*, actor: Actor, movement: MovementRequest, now: datetime) -> Refusal | None:
+    """Approve: the permission; four-eyes (nobody approves a movement they created); the
+    movement waits for approval and its window is open."""
+    if refusal := permission_refusal(actor, Action.APPROVE):
+        return refusal
+    if actor.user is not None and movement.created_by_id == actor.user.pk:
+        return Refusal(
+            Rule.FOUR_EYES,
+            "four-eyes: you cannot approve a movement you created",
+            error=NotPermitted,
+        )
+    if refusal := _state_refusal(movement, "approve", *APPROVAL_STATES):
+        return refusal
+    if not approval_open(movement, now):
+        closed_at = movement.expires_at.isoformat()
+        return Refusal(
+            Rule.APPROVAL_WINDOW,
+            f"cannot approve: the approval window closed at {closed_at}",
+            {"current_state": movement.request_state, "expires_at": closed_at},
+        )
+    return None
+
+
+def reject_refusal(*, actor: Actor, movement: MovementRequest) -> Refusal | None:
+    """Reject: the permission; the movement waits for approval."""
+    return permission_refusal(actor, Action.REJECT) or _state_refusal(
+        movement, "reject", *APPROVAL_STATES
+    )
+
+
+def expire_refusal(*, movement: MovementRequest, now: datetime) -> Refusal | None:
+    """Expire (the system's, no permission): the movement waits for approval and its window
+    has closed."""
+    if refusal := _state_refusal(movement, "expire", *APPROVAL_STATES):
+        return refusal
+    if approval_open(movement, now):
+        return Refusal(
+            Rule.APPROVAL_WINDOW,
+            "cannot expire: the approval window is still open",
+            {"current_state": movement.request_state},
+        )
+    return None
+
+
+def cancel_refusal(*, actor: Actor, movement: MovementRequest, nodes: Nodes) -> Refusal | None:
+    """Cancel: the permission; the movement is executing or waiting at a manual gate; no node
+    is in flight (PREPARING..OBSERVING or UNKNOWN), since money may be moving there."""
+    if refusal := permission_refusal(actor, Action.CANCEL) or _state_refusal(
+        movement, "cancel", *CANCELLABLE_STATES
+    ):
+        return refusal
+    if in_flight := _nodes_in(nodes, IN_FLIGHT_NODE_STATES):
+        return Refusal(
+            Rule.IN_FLIGHT,
+            f"cannot cancel while money may be in flight at {', '.join(in_flight)}",
+            {"current_state": movement.request_state, "in_flight_nodes": in_flight},
+        )
+    return None
+
+
+def resume_gate_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes, node_key: str | None = None
+) -> Refusal | None:
+    """Resume a manual gate: the permission; the movement is executing or waiting at a gate;
+    a manual gate (the one named, when one is) is waiting."""
+    if refusal := permission_refusal(actor, Action.RESUME_GATE) or _state_refusal(
+        movement, "resume a manual gate", *GATE_STATES
+    ):
+        return refusal
+    if not waiting_gates(nodes, node_key):
+        return Refusal(
+            Rule.NO_WAITING_GATE,
+            f"no manual gate {node_key or ''} is waiting".replace("  ", " "),
+            {"current_state": movement.request_state},
+        )
+    return None
+
+
+def resolve_unknown_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes, node_key: str | None = None
+) -> Refusal | None:
+    """Resolve an UNKNOWN node by hand: the permission; the node exists and is UNKNOWN (some
+    node is, without ``node_key``); the movement has not ended."""
+    if refusal := permission_refusal(actor, Action.RESOLVE_UNKNOWN):
+        return refusal
+    if node_key is None:
+        if not _nodes_in(nodes, {NodeState.UNKNOWN}):
+            return Refusal(
+                Rule.NODE_STATE, "no node is UNKNOWN", {"current_state": movement.request_state}
+            )
+    elif (node := _node(nodes, node_key)) is None:
+        return _no_such_node(node_key)
+    elif node.node_state != NodeState.UNKNOWN:
+        return Refusal(
+            Rule.NODE_STATE,
+            f"node {node_key} is {node.node_state}, not UNKNOWN",
+            {"current_state": node.node_state},
+        )
+    if movement.request_state in TERMINAL_REQUEST_STATES:
+        return Refusal(
+            Rule.STATE,
+            f"cannot resolve an UNKNOWN node: the movement is {movement.request_state}",
+            {"current_state": movement.request_state},
+        )
+    return None
+
+
+def intervention_resume_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes
+) -> Refusal | None:
+    """Resume a movement in MANUAL_INTERVENTION: the permission; the state; no node is FAILED
+    or UNKNOWN (those are retried or resolved first)."""
+    if refusal := permission_refusal(actor, Action.INTERVENTION_RESUME) or _state_refusal(
+        movement, "resume", *INTERVENTION_STATES
+    ):
+        return refusal
+    if stuck := _nodes_in(nodes, {NodeState.FAILED, NodeState.UNKNOWN}):
+        return Refusal(
+            Rule.STUCK_NODES,
+            f"cannot resume while {', '.join(stuck)} is FAILED or UNKNOWN: retry or resolve it",
+            {"current_state": movement.request_state, "nodes": stuck},
+        )
+    return None
+
+
+def retry_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes, node_key: str | None = None
+) -> Refusal | None:
+    """Retry a node of a movement in MANUAL_INTERVENTION: the permission; the state; the node
+    exists and is FAILED (some node is, without ``node_key``)."""
+    if refusal := permission_refusal(actor, Action.INTERVENTION_RETRY) or _state_refusal(
+        movement, "retry", *INTERVENTION_STATES
+    ):
+        return refusal
+    if node_key is None:
+        if not _nodes_in(nodes, {NodeState.FAILED}):
+            return Refusal(
+                Rule.NODE_STATE, "no node is FAILED", {"current_state": movement.request_state}
+            )
+        return None
+    node = _node(nodes, node_key)
+    if node is None:
+        return _no_such_node(node_key)
+    if node.node_state != NodeState.FAILED:
+        return Refusal(
+            Rule.NODE_STATE,
+            f"only a FAILED node can be retried; {node_key} is {node.node_state}",
+            {"current_state": node.node_state},
+        )
+    return None
+
+
+def _force_refusal(actor: Actor, movement: MovementRequest, nodes: Nodes, action: Action):
+    if refusal := permission_refusal(actor, action) or _state_refusal(
+        movement, action.replace("_", "-"), *INTERVENTION_STATES
+    ):
+        return refusal
+    if running := _nodes_in(nodes, RUNNING_NODE_STATES):
+        return Refusal(
+            Rule.RUNNING_NODES,
+            f"cannot force while {', '.join(running)} is still running",
+            {"current_state": movement.request_state, "running_nodes": running},
+        )
+    # An UNKNOWN node may have moved money: its outcome is settled with evidence (resolve),
+    # not overridden by ending the movement around it while recovery still reconciles it.
+    if unknown := _nodes_in(nodes, {NodeState.UNKNOWN}):
+        return Refusal(
+            Rule.UNKNOWN_NODES,
+            f"cannot force while {', '.join(unknown)} is UNKNOWN: resolve it with evidence first",
+            {"current_state": movement.request_state, "unknown_nodes": unknown},
+        )
+    return None
+
+
+def force_complete_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes
+) -> Refusal | None:
+    """Force-complete a movement in MANUAL_INTERVENTION: the permission; the state; no node is
+    running or UNKNOWN."""
+    return _force_refusal(actor, movement, nodes, Action.FORCE_COMPLETE)
+
+
+def force_fail_refusal(*, actor: Actor, movement: MovementRequest, nodes: Nodes) -> Refusal | None:
+    """Force-fail a movement in MANUAL_INTERVENTION: the permission; the state; no node is
+    running or UNKNOWN."""
+    return _force_refusal(actor, movement, nodes, Action.FORCE_FAIL)
