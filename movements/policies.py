@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from movements.executors import registry
 from movements.models import MovementRequest, MovementRequestNode, NodeKind
 from movements.states import (
     IN_FLIGHT_NODE_STATES,
@@ -31,7 +32,7 @@ from movements.states import (
 )
 from qtg.core import policies as core
 from qtg.core.actors import Actor
-from qtg.core.errors import NotFound, NotPermitted
+from qtg.core.errors import AcknowledgementRequired, InvalidInput, NotFound, NotPermitted
 from qtg.core.policies import Refusal, lacks_permission
 
 RS = RequestState
@@ -50,6 +51,7 @@ class Action(StrEnum):
     INTERVENTION_RETRY = "intervention_retry"
     FORCE_COMPLETE = "force_complete"
     FORCE_FAIL = "force_fail"
+    HANDLE_ATTENTION = "handle_attention"
 
 
 # The custom permissions are declared on MovementRequest.Meta.permissions.
@@ -63,7 +65,12 @@ PERMISSIONS: dict[Action, str] = {
     Action.INTERVENTION_RETRY: "movements.retry_node",
     Action.FORCE_COMPLETE: "movements.force_complete_movement",
     Action.FORCE_FAIL: "movements.force_fail_movement",
+    Action.HANDLE_ATTENTION: "movements.handle_attention",
 }
+# Cancelling after a side effect completed (funds in transit) needs this on top of cancel.
+CANCEL_IN_TRANSIT_PERMISSION = "movements.cancel_in_transit"
+# The body field (API) and form field (console) that acknowledges what such a cancel means.
+ACKNOWLEDGE_FUNDS_IN_TRANSIT = "acknowledge_funds_in_transit"
 
 
 class Rule(StrEnum):
@@ -80,6 +87,8 @@ class Rule(StrEnum):
     STUCK_NODES = "stuck_nodes"
     RUNNING_NODES = "running_nodes"
     UNKNOWN_NODES = "unknown_nodes"
+    ACKNOWLEDGEMENT = "acknowledgement_required"
+    OUTCOME = "outcome"
 
 
 APPROVAL_STATES = (RS.PENDING_APPROVAL,)
@@ -188,9 +197,19 @@ def expire_refusal(*, movement: MovementRequest, now: datetime) -> Refusal | Non
     return None
 
 
-def cancel_refusal(*, actor: Actor, movement: MovementRequest, nodes: Nodes) -> Refusal | None:
+def funds_in_transit(nodes: Nodes) -> list[str]:
+    """The side-effect nodes that completed: money left a venue and may not have arrived."""
+    return [n.node_key for n in nodes if n.has_side_effect and n.node_state == NodeState.COMPLETED]
+
+
+def cancel_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes, acknowledged: bool = True
+) -> Refusal | None:
     """Cancel: the permission; the movement is executing or waiting at a manual gate; no node
-    is in flight (PREPARING..OBSERVING or UNKNOWN), since money may be moving there."""
+    is in flight (PREPARING..OBSERVING or UNKNOWN), since money may be moving there. After a
+    side effect completed the funds are in transit: cancelling stops watching them while
+    their reservation stays HELD, so it needs the supervisor's permission too and an explicit
+    acknowledgement (``acknowledged``; the console asks with True and makes its form ask)."""
     if refusal := permission_refusal(actor, Action.CANCEL) or _state_refusal(
         movement, "cancel", *CANCELLABLE_STATES
     ):
@@ -201,6 +220,22 @@ def cancel_refusal(*, actor: Actor, movement: MovementRequest, nodes: Nodes) -> 
             f"cannot cancel while money may be in flight at {', '.join(in_flight)}",
             {"current_state": movement.request_state, "in_flight_nodes": in_flight},
         )
+    if in_transit := funds_in_transit(nodes):
+        if refusal := lacks_permission(actor, CANCEL_IN_TRANSIT_PERMISSION):
+            return refusal
+        if not acknowledged:
+            return Refusal(
+                Rule.ACKNOWLEDGEMENT,
+                f"{', '.join(in_transit)} completed: the funds are in transit. Cancelling stops "
+                f"watching them and keeps the reservation HELD; set "
+                f"{ACKNOWLEDGE_FUNDS_IN_TRANSIT} to confirm",
+                {
+                    "current_state": movement.request_state,
+                    "completed_side_effects": in_transit,
+                    "acknowledgement": ACKNOWLEDGE_FUNDS_IN_TRANSIT,
+                },
+                error=AcknowledgementRequired,
+            )
     return None
 
 
@@ -209,9 +244,15 @@ def resume_gate_refusal(
 ) -> Refusal | None:
     """Resume a manual gate: the permission; the movement is executing or waiting at a gate;
     a manual gate (the one named, when one is) is waiting."""
-    if refusal := permission_refusal(actor, Action.RESUME_GATE) or _state_refusal(
-        movement, "resume a manual gate", *GATE_STATES
-    ):
+    if refusal := permission_refusal(actor, Action.RESUME_GATE):
+        return refusal
+    if actor.user is not None and movement.created_by_id == actor.user.pk:
+        return Refusal(
+            Rule.FOUR_EYES,
+            "four-eyes: you cannot release a manual gate of a movement you created",
+            error=NotPermitted,
+        )
+    if refusal := _state_refusal(movement, "resume a manual gate", *GATE_STATES):
         return refusal
     if not waiting_gates(nodes, node_key):
         return Refusal(
@@ -330,3 +371,92 @@ def force_fail_refusal(*, actor: Actor, movement: MovementRequest, nodes: Nodes)
     """Force-fail a movement in MANUAL_INTERVENTION: the permission; the state; no node is
     running or UNKNOWN."""
     return _force_refusal(actor, movement, nodes, Action.FORCE_FAIL)
+
+
+def resolvable_outcomes(node: MovementRequestNode) -> list[NodeState]:
+    """What an UNKNOWN node may be resolved as: what its executor can continue from. SUBMITTED
+    ("it happened, keep watching") only for an executor that can watch a submit settle."""
+    try:
+        observes = registry.get(node.executor).can_observe()
+    except LookupError:
+        observes = False
+    return [
+        *([NodeState.SUBMITTED] if observes else []),
+        NodeState.COMPLETED,
+        NodeState.FAILED,
+    ]
+
+
+def external_ref_needed(node: MovementRequestNode, outcome: str) -> str:
+    """The name of the venue reference (withdrawal id, tx hash) an operator must give when
+    resolving ``node`` as ``outcome``: what the nodes after it look the money up by. Empty
+    when none is needed."""
+    if outcome not in (NodeState.SUBMITTED, NodeState.COMPLETED):
+        return ""
+    try:
+        return registry.get(node.executor).external_ref_name
+    except LookupError:
+        return ""
+
+
+def resolve_outcome_refusal(
+    *, node: MovementRequestNode, outcome: str, external_ref: str = ""
+) -> Refusal | None:
+    """The outcome is one the node's executor can continue from, with the reference its
+    successors need."""
+    allowed = resolvable_outcomes(node)
+    if outcome not in allowed:
+        return Refusal(
+            Rule.OUTCOME,
+            f"{node.node_key} can be resolved as {', '.join(allowed)} only: its executor "
+            f"{node.executor} cannot continue from {outcome}",
+            {"outcome": [f"not one of {', '.join(allowed)}"]},
+            error=InvalidInput,
+        )
+    needed = external_ref_needed(node, outcome)
+    if needed and not (external_ref or "").strip() and not node.external_ref:
+        return Refusal(
+            Rule.OUTCOME,
+            f"resolving {node.node_key} as {outcome} needs its {needed}: the steps after it "
+            f"look the money up by it",
+            {"external_ref": [f"required: the {needed}"]},
+            error=InvalidInput,
+        )
+    return None
+
+
+def attention_refusal(*, actor: Actor, movement: MovementRequest) -> Refusal | None:
+    """Snooze or resolve what a movement needs attention for: the permission."""
+    return permission_refusal(actor, Action.HANDLE_ATTENTION)
+
+
+def stop_watching_refusal(
+    *, actor: Actor, movement: MovementRequest, nodes: Nodes, node_key: str | None = None
+) -> Refusal | None:
+    """Stop watching an observe node (it goes FAILED with the operator's evidence): the
+    permission; the node exists, is an observe node and is OBSERVING (some node is, without
+    ``node_key``)."""
+    if refusal := permission_refusal(actor, Action.HANDLE_ATTENTION):
+        return refusal
+    watched = [
+        n for n in nodes if n.kind == NodeKind.OBSERVE and n.node_state == NodeState.OBSERVING
+    ]
+    if node_key is None:
+        if not watched:
+            return Refusal(
+                Rule.NODE_STATE,
+                "no observe node is being watched",
+                {"current_state": movement.request_state},
+            )
+        return None
+    node = _node(nodes, node_key)
+    if node is None:
+        return _no_such_node(node_key)
+    if node not in watched:
+        return Refusal(
+            Rule.NODE_STATE,
+            f"only an OBSERVING observe node can stop being watched; {node_key} is "
+            f"{node.node_state}",
+            {"current_state": node.node_state},
+        )
+    return None

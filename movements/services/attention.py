@@ -24,14 +24,15 @@ from movements.models import (
     MovementAttention,
     MovementRequest,
     MovementRequestNode,
-    NodeKind,
 )
-from movements.services.lifecycle import _authorize, _lock_request, _require_reason
+from movements.policies import attention_refusal, stop_watching_refusal
+from movements.services.lifecycle import _lock_request, _require_reason
 from movements.services.progress import apply_request_state_from_nodes, current_nodes
 from movements.services.state import record_event, set_node_state
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
-from qtg.core.errors import ActionRefused, InvalidInput, NotFound
+from qtg.core.errors import InvalidInput, NotFound
+from qtg.core.policies import enforce
 
 # Nodes that wait on the outside world: how long is "too long" is the executor's to say.
 WATCHED_NODE_STATES = (NodeState.SUBMITTED, NodeState.OBSERVING, NodeState.UNKNOWN)
@@ -179,11 +180,11 @@ def attention_snooze(
     *, request: MovementRequest | Any, attention_id: Any, until: datetime, reason: str, actor: Actor
 ) -> MovementAttention:
     """Nobody is asked about the entry until ``until`` (a reason is recorded)."""
-    _authorize(actor, "handle_attention")
     reason = _require_reason(reason, "snooze")
     if until is None or until <= timezone.now():
         raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
     request = _lock_request(request)
+    enforce(attention_refusal(actor=actor, movement=request))
     attention = _open_entry(request, attention_id)
     attention.snoozed_until, attention.snooze_reason = until, reason
     attention.handled_by = str(actor)
@@ -207,9 +208,9 @@ def attention_resolve(
 ) -> MovementAttention:
     """Close the entry with a note; a node still waiting is stuck again only after another
     full wait from now."""
-    _authorize(actor, "handle_attention")
     note = _require_reason(note, "resolve")
     request = _lock_request(request)
+    enforce(attention_refusal(actor=actor, movement=request))
     attention = _open_entry(request, attention_id)
     attention.resolved_at, attention.resolution = timezone.now(), note
     attention.handled_by = str(actor)
@@ -230,19 +231,11 @@ def attention_stop_watching(
     """Give up waiting on an observe node: it goes FAILED with the operator's evidence, its
     open entries are resolved, and the movement is derived again (MANUAL_INTERVENTION when a
     side effect completed, where the rescue paths are)."""
-    _authorize(actor, "handle_attention")
     reason = _require_reason(reason, "stop watching")
     request = _lock_request(request)
     nodes = current_nodes(request, lock=True)
-    node = next((n for n in nodes if n.node_key == node_key), None)
-    if node is None:
-        raise NotFound(f"movement has no node {node_key!r}")
-    if node.kind != NodeKind.OBSERVE or node.node_state != NodeState.OBSERVING:
-        raise ActionRefused(
-            f"only an OBSERVING observe node can stop being watched; {node_key} is "
-            f"{node.node_state}",
-            details={"current_state": node.node_state},
-        )
+    enforce(stop_watching_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
+    node = next(n for n in nodes if n.node_key == node_key)
     node.lease_owner, node.lease_expires_at = "", None
     node.last_error = f"stopped watching: {reason}"
     set_node_state(

@@ -34,9 +34,11 @@ from movements.policies import (
     expire_refusal,
     force_complete_refusal,
     force_fail_refusal,
+    funds_in_transit,
     intervention_resume_refusal,
     permission_refusal,
     reject_refusal,
+    resolve_outcome_refusal,
     resolve_unknown_refusal,
     resume_gate_refusal,
     retry_refusal,
@@ -422,14 +424,39 @@ def expire_overdue_approvals(*, actor: Actor, limit: int = 500) -> int:
 
 @transaction.atomic
 def movement_cancel(
-    *, request: MovementRequest | Any, actor: Actor, reason: str
+    *,
+    request: MovementRequest | Any,
+    actor: Actor,
+    reason: str,
+    acknowledge_funds_in_transit: bool = False,
 ) -> MovementRequest:
     """EXECUTING/WAITING_MANUAL_ACTION -> CANCELLED; refused while any node is in flight
-    (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED."""
+    (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED. After a side
+    effect completed, only with the supervisor's permission and the acknowledgement that the
+    funds in transit are no longer watched (their reservation stays HELD)."""
     enforce(permission_refusal(actor, Action.CANCEL))
     reason = _require_reason(reason, "cancel")
     request = _lock_request(request)
-    enforce(cancel_refusal(actor=actor, movement=request, nodes=current_nodes(request, lock=True)))
+    nodes = current_nodes(request, lock=True)
+    enforce(
+        cancel_refusal(
+            actor=actor,
+            movement=request,
+            nodes=nodes,
+            acknowledged=bool(acknowledge_funds_in_transit),
+        )
+    )
+    in_transit = funds_in_transit(nodes)
+    if in_transit:
+        record_event(
+            request=request,
+            actor=actor,
+            detail={
+                "cancelled_with_funds_in_transit": in_transit,
+                "acknowledged": True,
+                "reason": reason,
+            },
+        )
     return _end_before_execution(
         request, new_state=RequestState.CANCELLED, actor=actor, reason=reason
     )
@@ -475,10 +502,18 @@ UNKNOWN_OUTCOMES = (NodeState.SUBMITTED, NodeState.COMPLETED, NodeState.FAILED)
 
 @transaction.atomic
 def node_resolve_unknown(
-    *, request: MovementRequest | Any, node_key: str, outcome: str, evidence: Any, actor: Actor
+    *,
+    request: MovementRequest | Any,
+    node_key: str,
+    outcome: str,
+    evidence: Any,
+    actor: Actor,
+    external_ref: str = "",
 ) -> MovementRequest:
-    """An operator reconciles an UNKNOWN node by hand: SUBMITTED, COMPLETED or FAILED, with the
-    evidence that says so."""
+    """An operator reconciles an UNKNOWN node by hand, with the evidence that says so: as an
+    outcome its executor can continue from (SUBMITTED only where it can watch a submit
+    settle; COMPLETED; FAILED), with the venue's reference (withdrawal id, tx hash) where the
+    steps after it need one. The reference is stored on the node and those steps run."""
     enforce(permission_refusal(actor, Action.RESOLVE_UNKNOWN))
     if outcome not in UNKNOWN_OUTCOMES:
         raise InvalidInput(
@@ -493,13 +528,23 @@ def node_resolve_unknown(
     nodes = current_nodes(request, lock=True)
     enforce(resolve_unknown_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     node = _named(nodes, node_key)
+    enforce(resolve_outcome_refusal(node=node, outcome=outcome, external_ref=external_ref))
     node.lease_owner, node.lease_expires_at = "", None
+    fields = ["lease_owner", "lease_expires_at"]
+    detail = {"resolution": "manual", "evidence": evidence}
+    if (external_ref or "").strip():
+        node.external_ref = external_ref.strip()
+        fields.append("external_ref")
+        detail["external_ref"] = node.external_ref
+    if outcome == NodeState.SUBMITTED:
+        node.next_attempt_at = timezone.now()  # watched again at once
+        fields.append("next_attempt_at")
     set_node_state(
         node=node,
         new_state=outcome,
         actor=actor,
-        detail={"resolution": "manual", "evidence": evidence},
-        update_fields=["lease_owner", "lease_expires_at"],
+        detail=detail,
+        update_fields=fields,
     )
     if outcome == NodeState.COMPLETED:
         advance_after_completion(request, node, actor=actor, nodes=nodes)

@@ -56,6 +56,12 @@ class ReservationRefused(QTGError):
     http_status = 409
 
 
+class AcknowledgementRequired(ActionRefused):
+    """The action is allowed only with an explicit acknowledgement of its consequence."""
+
+    code = "acknowledgement_required"
+
+
 class StaleState(QTGError):
     """Someone else changed the row first; nothing was written."""
 

@@ -24,6 +24,7 @@ from movements.services import (
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import (
+    AcknowledgementRequired,
     ActionRefused,
     IdempotencyConflict,
     InvalidInput,
@@ -222,10 +223,23 @@ def test_cancel_while_waiting_at_a_gate_cancels_blocked_and_ready_nodes(make_mov
     request = make_movement("cex_to_cex_gated", approve=True)
     run_node(request, "withdraw", NS.COMPLETED)
 
-    movement_cancel(request=request, actor=Actor.for_user(operator), reason="client asked")
+    # The withdrawal completed: the funds are in transit, so cancelling needs the
+    # acknowledgement that nobody will watch them any more.
+    with pytest.raises(AcknowledgementRequired):
+        movement_cancel(request=request, actor=Actor.for_user(operator), reason="client asked")
+    request.refresh_from_db()
+    assert request.request_state == RS.WAITING_MANUAL_ACTION
+
+    movement_cancel(
+        request=request,
+        actor=Actor.for_user(operator),
+        reason="client asked",
+        acknowledge_funds_in_transit=True,
+    )
 
     request.refresh_from_db()
     assert request.request_state == RS.CANCELLED
+    assert request.reservation.state == "HELD"
     assert states(request) == {
         "withdraw": NS.COMPLETED,
         "manual_release": NS.CANCELLED,
