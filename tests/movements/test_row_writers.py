@@ -350,7 +350,10 @@ def test_auto_picks_the_database_s_own_writer():
     expected = PostgresRowWriter if connection.vendor == "postgresql" else OrmRowWriter
 
     assert type(make_row_writer("auto")) is expected
-    assert type(row_writer()) is expected
+
+
+def test_the_process_writes_with_the_configured_writer(settings):
+    assert type(row_writer()) is type(make_row_writer(settings.QTG_ROW_WRITER))
 
 
 def test_an_unknown_or_impossible_writer_is_refused_at_start_up():
