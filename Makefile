@@ -12,7 +12,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# Node tools for the local stand-ins (anvil devchain, solc), exactly as the committed lockfile
+# pins them; nothing is downloaded at run time.
+standins/node_modules/.installed: standins/package.json standins/package-lock.json
+	npm ci --prefix standins --no-audit --no-fund
+	touch $@
+
+install: $(VENV)/.installed standins/node_modules/.installed
 
 run: install
 	$(PY) manage.py run_embedded

@@ -80,7 +80,7 @@ def fill(rows: int) -> None:
     from movements.models import MovementRequest, MovementRequestNode
     from movements.permissions import OPERATORS, ensure_operator_groups
     from movements.services import movement_create
-    from movements.states import NodeState, RequestState
+    from movements.states import RequestState
     from qtg.core.actors import Actor
 
     ensure_operator_groups()
@@ -122,19 +122,14 @@ def fill(rows: int) -> None:
         ]
         with transaction.atomic():
             MovementRequest.objects.bulk_create(requests)
-            MovementRequestNode.objects.bulk_create(
-                MovementRequestNode(
-                    request=request,
-                    plan_node=plan_node,
-                    node_key=plan_node.key,
-                    kind=plan_node.kind,
-                    executor=plan_node.executor,
-                    node_state=NodeState.BLOCKED,
-                    external_ref=f"WD-{request.idempotency_key}" if plan_node.position == 0 else "",
-                )
-                for request in requests
-                for plan_node in plan_nodes
-            )
+            nodes = []
+            for request in requests:
+                for plan_node in plan_nodes:
+                    node = MovementRequestNode.attempt_of(plan_node, request=request)
+                    if plan_node.position == 0:
+                        node.external_ref = f"WD-{request.idempotency_key}"
+                    nodes.append(node)
+            MovementRequestNode.objects.bulk_create(nodes)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # what autovacuum would do after a load this size
     print(

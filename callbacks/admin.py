@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
 from callbacks.services import delivery_redeliver
+from movements.interface import add_movement_page_inline
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
@@ -170,3 +171,38 @@ class DeliveryAdmin(ReadOnlyModelAdmin):
             skipped=queryset.count() - len(deliveries),
         )
         return TemplateResponse(request, "callbacks/redeliver_confirmation.html", context)
+
+
+class MovementDeliveryInline(ReadOnlyInline):
+    """On the movement page: the webhook deliveries this movement caused, for whoever may
+    view the movement."""
+
+    view_permission = "movements.view_movementrequest"
+
+    model = Delivery
+    fk_name = "request"
+    verbose_name = "callback delivery"
+    verbose_name_plural = "Callback deliveries (newest first)"
+    show_change_link = True  # redeliver lives on the delivery's own page
+    fields = readonly_fields = (
+        "created_at",
+        "event_type",
+        "subscription",
+        "status",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "next_attempt_at",
+        "delivered_at",
+    )
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("subscription")
+            .order_by("-created_at", "-pk")
+        )
+
+
+add_movement_page_inline(MovementDeliveryInline)

@@ -4,3 +4,12 @@ from django.apps import AppConfig
 class CallbacksConfig(AppConfig):
     name = "callbacks"
     verbose_name = "Callbacks"
+
+    def ready(self) -> None:
+        from callbacks import tasks  # noqa: F401  (registers the delivery tasks by name)
+        from callbacks.services import callback_enqueue, subscriptions_read_once
+        from movements.interface import CallbackOutbox, provide_callbacks
+
+        provide_callbacks(
+            CallbackOutbox(enqueue=callback_enqueue, read_once=subscriptions_read_once)
+        )

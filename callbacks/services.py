@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+from celery import current_app
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
@@ -32,7 +33,7 @@ from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
 from callbacks.targets import TargetRefused, pin_target_url
-from movements.models import MovementRequest
+from movements.interface import MovementRequest
 from qtg.core.actors import Actor
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
 
@@ -50,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 USER_AGENT = "QTG-Webhooks/1"
 RESPONSE_EXCERPT_BYTES = 1024
+
+
+DELIVER_TASK = "callbacks.deliver"
 
 
 def _setting(name: str) -> Any:
@@ -96,8 +100,9 @@ def _body(
 
 def _queue(ids: Iterable[Any]) -> None:
     """Ask for one delivery task per row; a broker hiccup is left to the sweep."""
-    from callbacks.tasks import deliver
-
+    # By its stable name (registered when the app is ready): the tasks import this module,
+    # never the other way round.
+    deliver = current_app.tasks[DELIVER_TASK]
     for pk in ids:
         try:
             deliver.delay(str(pk))

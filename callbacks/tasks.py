@@ -3,10 +3,10 @@ the beat schedule and queued messages refer to them)."""
 
 from celery import shared_task
 
-from callbacks.services import deliveries_enqueue_due, delivery_send
+from callbacks.services import DELIVER_TASK, deliveries_enqueue_due, delivery_send
 
 
-@shared_task(name="callbacks.deliver", ignore_result=True, soft_time_limit=60, time_limit=90)
+@shared_task(name=DELIVER_TASK, ignore_result=True, soft_time_limit=60, time_limit=90)
 def deliver(delivery_id: str) -> None:
     """One attempt at one delivery (returns quietly when it is not due or gone)."""
     delivery_send(delivery_id=delivery_id)

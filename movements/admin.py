@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
 from django.db.models.functions import Cast
@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from callbacks.models import Delivery
+from movements import interface
 from movements.admin_actions import ACTIONS, ReasonForm, available_actions
 from movements.admin_filters import (
     AssetFilter,
@@ -48,7 +48,6 @@ from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
 from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
-from reservations.models import Reservation
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
@@ -163,40 +162,11 @@ class EventInline(ReadOnlyInline):
         return format_html('<pre class="qtg-evidence">{}</pre>', text)
 
 
-class DeliveryInline(ReadOnlyInline):
-    """The webhook deliveries this movement caused (the callbacks app's outbox)."""
-
-    model = Delivery
-    fk_name = "request"
-    verbose_name = "callback delivery"
-    verbose_name_plural = "Callback deliveries (newest first)"
-    show_change_link = True  # redeliver lives on the delivery's own page
-    fields = readonly_fields = (
-        "created_at",
-        "event_type",
-        "subscription",
-        "status",
-        "attempts",
-        "last_status_code",
-        "last_error",
-        "next_attempt_at",
-        "delivered_at",
-    )
-
-    def get_queryset(self, request):
-        return (
-            super()
-            .get_queryset(request)
-            .select_related("subscription")
-            .order_by("-created_at", "-pk")
-        )
-
-
-def reservation_of(movement: MovementRequest) -> Reservation | None:
+def reservation_of(movement: MovementRequest) -> Any:
     """The movement's reservation (none when validation refused it before the hold)."""
     try:
         return movement.reservation
-    except Reservation.DoesNotExist:
+    except ObjectDoesNotExist:
         return None
 
 
@@ -230,7 +200,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline, DeliveryInline)
+    inlines = (NodeInline, EventInline)
     readonly_fields = ("amount_display",)
     fieldsets = (
         (
@@ -276,6 +246,10 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     )
 
     # --- the list ---------------------------------------------------------------------------
+
+    def get_inlines(self, request, obj):
+        # Sections other apps add to the movement page (e.g. callback deliveries).
+        return (*self.inlines, *interface.movement_page_inlines())
 
     def get_changelist(self, request, **kwargs):
         return MovementChangeList

@@ -6,6 +6,7 @@ class MovementsConfig(AppConfig):
     verbose_name = "Movements"
 
     def ready(self) -> None:
+        from movements import checks  # noqa: F401  (registers the system checks)
         from movements.services.writers import row_writer
 
         # The row writer is chosen once, at start-up: a bad QTG_ROW_WRITER fails here.

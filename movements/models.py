@@ -1,6 +1,7 @@
 """Route templates, movement requests, their compiled plan, node attempts and the audit trail."""
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
@@ -250,6 +251,23 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
     @property
     def is_manual_gate(self) -> bool:
         return self.kind == NodeKind.MANUAL_GATE
+
+    @classmethod
+    def attempt_of(
+        cls, plan_node: "MovementPlanNode", *, attempt: int = 1, request: Any = None
+    ) -> "MovementRequestNode":
+        """A new, unsaved attempt (BLOCKED) at ``plan_node``, with what every attempt copies
+        from its plan node. Movement creation, a retry and the benchmark all build nodes here."""
+        return cls(
+            request=request or plan_node.request,
+            plan_node=plan_node,
+            node_key=plan_node.key,
+            kind=plan_node.kind,
+            executor=plan_node.executor,
+            has_side_effect=plan_node.has_side_effect,
+            signing_required=plan_node.signing_required,
+            attempt=attempt,
+        )
 
 
 class MovementEvent(AppendOnlyModel):

@@ -5,6 +5,7 @@ so one command starts everything on a machine with only Python. ``DATABASE_URL``
 PostgreSQL and ``CELERY_BROKER_URL`` to Redis or RabbitMQ.
 """
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -49,7 +50,6 @@ INSTALLED_APPS = [
     "movements",
     "reservations",
     "callbacks",
-    "sandbox",
 ]
 
 MIDDLEWARE = [
@@ -217,6 +217,13 @@ QTG_SWEEP_FANOUT = int(os.environ.get("QTG_SWEEP_FANOUT", "4"))
 # --- Sandbox venues and callbacks ------------------------------------------------------------
 # Simulated exchange and chain: on for the embedded demo and tests, never in production.
 QTG_SANDBOX_ENABLED = env_bool("QTG_SANDBOX_ENABLED", EMBEDDED)
+if QTG_SANDBOX_ENABLED:
+    # The simulated venues are an app of their own: production leaves it out, so none of its
+    # executors, tables or admin pages exist there.
+    INSTALLED_APPS.append("sandbox")
+# Which app serves an executor name that several installed apps provide (name -> app label),
+# as JSON, e.g. {"cex_withdraw": "venues"}. A name left ambiguous stops the start-up.
+QTG_EXECUTORS = json.loads(os.environ.get("QTG_EXECUTORS", "{}"))
 # Multiplies the simulated chains' block intervals (tests run the chains faster).
 QTG_SANDBOX_TIME_SCALE = float(os.environ.get("QTG_SANDBOX_TIME_SCALE", "1"))
 # Webhook targets on private/loopback addresses are refused unless this is on.

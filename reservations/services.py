@@ -18,10 +18,15 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.models import MovementRequest
-from movements.states import TERMINAL_REQUEST_STATES
+from movements.interface import TERMINAL_REQUEST_STATES, MovementRequest
 from qtg.core.actors import Actor
-from qtg.core.errors import ActionRefused, InvalidInput, NotFound, NotPermitted, QTGError
+from qtg.core.errors import (
+    ActionRefused,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    ReservationRefused,
+)
 from qtg.core.money import format_amount
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 
@@ -35,13 +40,6 @@ DEMO_HARDCAPS: dict[str, tuple[Decimal, Decimal]] = {
     "BTC": (Decimal("25"), Decimal("100")),
     "ETH": (Decimal("500"), Decimal("2000")),
 }
-
-
-class ReservationRefused(QTGError):
-    """Taking the reservation would break a limit (or no limit is configured)."""
-
-    code = "reservation_refused"
-    http_status = 409
 
 
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission, User
 from movements.services import movement_approve, movement_create
 from qtg.core.actors import Actor
 from reservations.services import hardcap_ensure
+from standins import devchain_missing_reason  # before any test module imports web3: see there
 
 ALL_MOVEMENT_PERMS = [
     "approve_movement",
@@ -23,7 +24,8 @@ ALL_MOVEMENT_PERMS = [
 
 
 def pytest_configure(config):
-    # Real hashing costs ~100 ms per user; tests create many users.
+    # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
+    # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
@@ -33,6 +35,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+    devchain_items = [item for item in items if "devchain" in item.keywords]
+    if devchain_items:
+        reason = devchain_missing_reason()
+        if reason:
+            for item in devchain_items:
+                item.add_marker(pytest.mark.skip(reason=f"devchain: {reason}"))
 
 
 # Fixtures whose presence means the test may touch the database.

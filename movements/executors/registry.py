@@ -1,17 +1,29 @@
-"""The registry of executors by name. Route templates may only name registered executors."""
+"""The registry of executors by name. Route templates may only name registered executors.
+
+An executor name (``cex_withdraw``) is what a template asks for; an implementation of it is
+provided by an app (the ``sandbox`` app's simulated venues, the real venues' app), which
+registers its classes when Django starts (``AppConfig.ready``). Where more than one app
+provides a name, the deployment chooses in ``settings.QTG_EXECUTORS`` (name -> app); a name
+left ambiguous is a start-up error (the ``movements`` system checks), never a guess.
+"""
 
 import threading
 from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-# Modules whose import registers the shipped executors.
-EXECUTOR_MODULES = ("movements.executors.builtin", "movements.executors.sandbox")
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+# Modules whose import registers the executors that ship with movements itself. Other apps
+# import their own executors from ``ready()``.
+EXECUTOR_MODULES = ("movements.executors.builtin",)
 
 
 class ExecutorRegistry:
     def __init__(self) -> None:
-        self._executors: dict[str, type] = {}
+        # name -> providing app -> class
+        self._providers: dict[str, dict[str, type]] = {}
         self._loaded = False
         self._loading = False
         # Re-entrant: the modules being imported may look names up while they load.
@@ -33,31 +45,69 @@ class ExecutorRegistry:
             finally:
                 self._loading = False
 
-    def register(self, name: str) -> Callable[[type], type]:
+    def register(self, name: str, *, provider: str | None = None) -> Callable[[type], type]:
+        """Register the decorated class as ``provider``'s implementation of ``name`` (the
+        provider defaults to the top-level package of the class's module: its app)."""
+
         def decorator(cls: type) -> type:
-            existing = self._executors.get(name)
+            by = provider or cls.__module__.split(".")[0]
+            providers = self._providers.setdefault(name, {})
+            existing = providers.get(by)
             if existing is not None and existing is not cls:
                 raise ValueError(f"executor {name!r} is already registered by {existing!r}")
             cls.name = name
-            self._executors[name] = cls
+            providers[by] = cls
             return cls
 
         return decorator
 
+    def providers(self, name: str) -> list[str]:
+        """The apps that provide ``name``."""
+        self._load()
+        return sorted(self._providers.get(name, {}))
+
     def names(self) -> list[str]:
         self._load()
-        return sorted(self._executors)
+        return sorted(self._providers)
+
+    def _chosen(self, name: str) -> type | None:
+        providers = self._providers.get(name) or {}
+        choice = getattr(settings, "QTG_EXECUTORS", {}).get(name)
+        if choice:
+            return providers.get(choice)
+        if len(providers) > 1:
+            raise ImproperlyConfigured(
+                f"executor {name!r} is provided by {', '.join(sorted(providers))}: "
+                f"choose one in QTG_EXECUTORS"
+            )
+        return next(iter(providers.values()), None)
 
     def is_registered(self, name: str) -> bool:
         self._load()
-        return name in self._executors
+        return self._chosen(name) is not None
 
     def get(self, name: str) -> Any:
         self._load()
-        try:
-            return self._executors[name]()
-        except KeyError:
-            raise LookupError(f"no executor registered as {name!r}") from None
+        cls = self._chosen(name)
+        if cls is None:
+            raise LookupError(f"no executor registered as {name!r}")
+        return cls()
+
+    def problems(self) -> list[str]:
+        """What makes the deployment's choice of executors ambiguous or impossible."""
+        self._load()
+        found = []
+        for name, choice in sorted(getattr(settings, "QTG_EXECUTORS", {}).items()):
+            if choice not in self._providers.get(name, {}):
+                offered = ", ".join(sorted(self._providers.get(name, {}))) or "no installed app"
+                found.append(f"QTG_EXECUTORS chooses {choice!r} for {name!r}: offered by {offered}")
+        for name, providers in sorted(self._providers.items()):
+            if len(providers) > 1 and name not in getattr(settings, "QTG_EXECUTORS", {}):
+                found.append(
+                    f"executor {name!r} is provided by {', '.join(sorted(providers))}: "
+                    f"choose one in QTG_EXECUTORS"
+                )
+        return found
 
 
 registry = ExecutorRegistry()

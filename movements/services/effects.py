@@ -1,16 +1,16 @@
 """What follows a request state change: the reservation effect and the callback event.
 
 The one table every request transition goes through, whoever caused it (derivation, an
-operator, a worker). Reservations and callbacks are reached only through their apps' service
-seams, inside the same transaction as the state change.
+operator, a worker). Reservations and callbacks are reached only through the ledger and the
+outbox their apps provide (``movements.interface``), inside the same transaction as the state
+change.
 """
 
 from typing import Any
 
-from callbacks.services import callback_enqueue
+from movements import interface
 from movements.services.derivation import should_release_reservation
 from movements.states import RequestState
-from reservations.services import reservation_consume, reservation_release
 
 REQUEST_STATE_CALLBACKS: dict[RequestState, str] = {
     RequestState.APPROVED: "request_approved",
@@ -30,11 +30,11 @@ def after_request_transition(
     """Apply the post-transition table for ``new_state`` (the request row is already saved)."""
     reason = f"request {old_state} -> {new_state}"
     if new_state == RequestState.COMPLETED:
-        reservation_consume(request=request, actor=actor, reason=reason)
+        interface.reservations().consume(request=request, actor=actor, reason=reason)
     elif should_release_reservation(request, nodes):
-        reservation_release(request=request, actor=actor, reason=reason)
+        interface.reservations().release(request=request, actor=actor, reason=reason)
     event_type = REQUEST_STATE_CALLBACKS.get(new_state)
     if event_type:
-        callback_enqueue(
+        interface.callbacks().enqueue(
             request=request, event_type=event_type, data={"previous_state": str(old_state)}
         )

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from movements import interface
 from movements.compiler import compile_plan
 from movements.models import (
     MovementEvent,
@@ -49,9 +50,9 @@ from qtg.core.errors import (
     NotFound,
     NotPermitted,
     QTGError,
+    ReservationRefused,
     TemplateInvalid,
 )
-from reservations.services import ReservationRefused, reservation_hold
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
@@ -161,15 +162,7 @@ def _build_plan(request: MovementRequest, plan: Any) -> None:
         for s, t in plan.edges
     )
     MovementRequestNode.objects.bulk_create(
-        MovementRequestNode(
-            request=request,
-            plan_node=plan_node,
-            node_key=plan_node.key,
-            kind=plan_node.kind,
-            executor=plan_node.executor,
-            has_side_effect=plan_node.has_side_effect,
-            signing_required=plan_node.signing_required,
-        )
+        MovementRequestNode.attempt_of(plan_node, request=request)
         for plan_node in plan_nodes.values()
     )
 
@@ -319,7 +312,7 @@ def _create(
     request.params = plan.params
     save_fields(request, ["template", "template_version", "params"])
     try:
-        reservation_hold(request=request, actor=actor)
+        interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
         return _fail_validation(request, actor, exc)
     _build_plan(request, plan)
@@ -617,16 +610,10 @@ def intervention_retry(
         )
     failed.is_current = False
     save_fields(failed, ["is_current"])
-    attempt = MovementRequestNode.objects.create(
-        request=request,
-        plan_node=failed.plan_node,
-        node_key=failed.node_key,
-        kind=failed.kind,
-        executor=failed.executor,
-        has_side_effect=failed.has_side_effect,
-        signing_required=failed.signing_required,
-        attempt=failed.attempt + 1,
+    attempt = MovementRequestNode.attempt_of(
+        failed.plan_node, request=request, attempt=failed.attempt + 1
     )
+    attempt.save()
     record_event(
         request=request,
         node=failed,

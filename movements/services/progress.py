@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
-from callbacks.services import callback_enqueue
+from movements import interface
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes as _read_current_nodes
@@ -196,7 +196,7 @@ def _advance(
         request.current_frontier = frontier
         save_fields(request, ["current_frontier"], writer=writer)
     if woken:
-        callback_enqueue(
+        interface.callbacks().enqueue(
             request=request,
             event_type="frontier_advanced",
             data={"woken": woken, "frontier": frontier, **cause},

@@ -49,6 +49,13 @@ class ActionRefused(QTGError):
     http_status = 409
 
 
+class ReservationRefused(QTGError):
+    """Taking the reservation would break a limit (or no limit is configured)."""
+
+    code = "reservation_refused"
+    http_status = 409
+
+
 class StaleState(QTGError):
     """Someone else changed the row first; nothing was written."""
 

@@ -21,12 +21,6 @@ WORKER = Actor.system("tests-worker")
 TO_COMPLETED = ("PREPARING", "SUBMITTING", "SUBMITTED", "COMPLETED")
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    # Every test here logs users in; the production hasher costs a second per user.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def staff_user(username: str, *groups: str) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username, is_staff=True)
     user.groups.set(Group.objects.filter(name__in=groups))

@@ -90,9 +90,3 @@ def created(integration_client) -> dict:
     response = post_create(integration_client)
     assert response.status_code == 201, response.content
     return response.json()
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    # The shared make_user sets a password; PBKDF2 would dominate these tests' run time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -130,3 +130,25 @@ def test_reads_answer_json_whatever_the_accept_header_says(
         assert response["Content-Type"] == "application/json"
     if response.status_code == 406 and method != "head":
         assert_error(response, 406, "not_acceptable")
+
+
+def test_deep_nesting_is_refused_before_parsing_even_with_a_raised_recursion_limit(
+    integration_client,
+):
+    """A library may raise the interpreter's recursion limit (py_ecc does, under web3): the
+    API must still answer a deeply nested body with a 400 instead of overflowing the C stack."""
+    import sys
+
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        response = integration_client.post(
+            "/api/v1/movements/",
+            data="[" * 200_000 + "]" * 200_000,
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY="deep",
+        )
+    finally:
+        sys.setrecursionlimit(previous)
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["message"]

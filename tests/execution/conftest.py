@@ -20,7 +20,6 @@ from movements.states import TERMINAL_REQUEST_STATES
 def fast_sandbox(settings):
     """Chains mine quickly, polls and retries are immediate: tests run in well under a second
     of simulated time per movement."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.QTG_SANDBOX_ENABLED = True
     settings.QTG_SANDBOX_TIME_SCALE = 0.002
     settings.QTG_OBSERVE_POLL_SECONDS = 0

@@ -19,12 +19,9 @@ from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import StaleState
 from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
+from tests.movements.drive import node
 
 pytestmark = pytest.mark.django_db
-
-
-def node(request, key):
-    return MovementRequestNode.objects.current().get(request=request, node_key=key)
 
 
 def locking_statements(queries) -> list[str]:

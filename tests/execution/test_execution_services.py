@@ -12,12 +12,9 @@ from movements.services import execution, manual_gate_resume
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from tests.execution.conftest import assert_history_replays, ledger, node_path, settle
+from tests.movements.drive import node
 
 pytestmark = pytest.mark.django_db
-
-
-def node(request, key):
-    return MovementRequestNode.objects.current().get(request=request, node_key=key)
 
 
 def test_the_cex_lane_runs_every_node_along_the_spec_path_to_completed(make_movement):

@@ -11,6 +11,7 @@ from movements.services import manual_gate_resume, movement_approve, movement_cr
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from tests.execution.conftest import assert_history_replays, ledger, node_path, wait_for
+from tests.movements.drive import node
 
 pytestmark = [
     pytest.mark.slow,
@@ -56,10 +57,6 @@ def settled(request, states=SETTLED, timeout=60):
         f"{dict(request.nodes.values_list('node_key', 'node_state'))}",
     )
     return request
-
-
-def node(request, key):
-    return MovementRequestNode.objects.current().get(request=request, node_key=key)
 
 
 def test_the_cex_lane_reaches_completed_through_the_workers(cluster, creator):

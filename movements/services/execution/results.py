@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from callbacks.services import subscriptions_read_once
+from movements import interface
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.outcomes import (
@@ -158,7 +158,7 @@ def apply_results(results: list[Result]) -> None:
         return
     late: list[tuple[Result, str]] = []
     try:
-        with transaction.atomic(), subscriptions_read_once(), batch() as writes:
+        with transaction.atomic(), interface.callbacks().read_once(), batch() as writes:
             locked = _lock_claimed([result.claim for result in results])
             for result in results:
                 target = locked.get(result.claim.node_id)

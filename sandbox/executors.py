@@ -1,7 +1,7 @@
-"""Executors for the sandbox venues (``sandbox`` app): a simulated exchange, chain, signer and
-CCTP. They register under the names the route templates use; a deployment with real venues
-registers its own executors under the same names instead (the sandbox refuses to act when
-``settings.QTG_SANDBOX_ENABLED`` is off).
+"""Executors for the sandbox venues: a simulated exchange, chain, signer and CCTP. They
+register, when the app is ready, under the names the route templates use; a deployment with
+real venues leaves this app out of INSTALLED_APPS (or chooses per name in
+``settings.QTG_EXECUTORS``).
 """
 
 from collections.abc import Callable
@@ -24,14 +24,15 @@ from movements.executors.base import (
 )
 from movements.executors.finality import chain_finality
 from movements.executors.registry import register
+from sandbox import venues
+from sandbox.errors import VenueDisabled, VenueRejected, VenueTimeout
+from sandbox.faults import UnknownFault, parse_fault
 
 T = TypeVar("T")
 
 
 def _venue_call(fn: Callable[..., T], /, **kwargs: Any) -> T:
     """Call the sandbox and translate its answers into the executor error taxonomy."""
-    from sandbox.errors import VenueDisabled, VenueRejected, VenueTimeout
-
     try:
         return fn(**kwargs)
     except (VenueRejected, VenueDisabled) as exc:
@@ -41,8 +42,6 @@ def _venue_call(fn: Callable[..., T], /, **kwargs: Any) -> T:
 
 
 def _fault(ctx: ExecutionContext):
-    from sandbox.faults import UnknownFault, parse_fault
-
     try:
         return parse_fault(ctx.fault)
     except UnknownFault as exc:
@@ -50,8 +49,6 @@ def _fault(ctx: ExecutionContext):
 
 
 def _venues():
-    from sandbox import venues
-
     _venue_call(venues.ensure_enabled)
     return venues
 

@@ -1,0 +1,103 @@
+"""The movements app as the apps beside it see it.
+
+Dependencies between the apps go one way: ``qtg.core`` <- ``movements`` <- ``reservations``,
+``callbacks``, ``sandbox`` (and the real venues to come). Those apps import from movements
+only this module and, for venue implementations, the executor interface in
+``movements.executors`` (a test holds every app to it). Movements never imports them.
+
+What movements offers them: the movement model, its terminal states, and a way to add a
+section to the movement page.
+
+What movements needs from them, without importing them: a reservation ledger (hold when a
+movement is validated, consume on COMPLETED, release by the spec's rule) and a callback
+outbox (record an event in the caller's transaction). Their apps plug themselves in from
+``AppConfig.ready()`` with ``provide_reservations`` / ``provide_callbacks``. Without a ledger
+no movement validates (reservations fail closed); without an outbox movements refuse to run
+rather than change state silently, so both apps are part of every deployment.
+"""
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from movements.models import MovementRequest
+from movements.states import TERMINAL_REQUEST_STATES, RequestState
+
+
+@dataclass(frozen=True)
+class ReservationLedger:
+    """``hold(request=, actor=)`` raises ``qtg.core.errors.ReservationRefused`` when a limit
+    refuses; ``consume`` / ``release(request=, actor=, reason=)`` settle the reservation in
+    the caller's transaction."""
+
+    hold: Callable[..., Any]
+    consume: Callable[..., Any]
+    release: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class CallbackOutbox:
+    """``enqueue(request=, event_type=, data=)`` records the event for delivery after the
+    caller's transaction commits; ``read_once()`` is a context in which the subscriptions are
+    read once (a worker writing many transitions in one transaction)."""
+
+    enqueue: Callable[..., Any]
+    read_once: Callable[[], AbstractContextManager[Any]]
+
+
+_provided: dict[str, Any] = {}
+_movement_page_inlines: list[type] = []
+
+
+def provide_reservations(ledger: ReservationLedger) -> None:
+    _provided["reservations"] = ledger
+
+
+def provide_callbacks(outbox: CallbackOutbox) -> None:
+    _provided["callbacks"] = outbox
+
+
+def reservations() -> ReservationLedger:
+    return _require("reservations", "reservations")
+
+
+def callbacks() -> CallbackOutbox:
+    return _require("callbacks", "callbacks")
+
+
+def _require(name: str, app: str) -> Any:
+    try:
+        return _provided[name]
+    except KeyError:
+        raise ImproperlyConfigured(
+            f"movements needs the {name} of the {app!r} app: add it to INSTALLED_APPS"
+        ) from None
+
+
+def add_movement_page_inline(inline: type) -> None:
+    """Show ``inline`` (an admin inline of a model with a foreign key to the movement) on the
+    movement page, after the nodes and the audit trail."""
+    if inline not in _movement_page_inlines:
+        _movement_page_inlines.append(inline)
+
+
+def movement_page_inlines() -> list[type]:
+    return list(_movement_page_inlines)
+
+
+__all__ = [
+    "TERMINAL_REQUEST_STATES",
+    "CallbackOutbox",
+    "MovementRequest",
+    "RequestState",
+    "ReservationLedger",
+    "add_movement_page_inline",
+    "callbacks",
+    "movement_page_inlines",
+    "provide_callbacks",
+    "provide_reservations",
+    "reservations",
+]

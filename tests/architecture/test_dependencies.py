@@ -1,0 +1,90 @@
+"""The apps depend on each other one way only: qtg.core <- movements <- reservations, callbacks,
+sandbox. Read from the source (every import, including those inside functions), so a new
+import that bends the rule fails here rather than in a reviewer's head."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("movements", "reservations", "callbacks", "sandbox")
+# What reservations and callbacks may import from movements: its interface and the executor
+# interface (for venue implementations). The sandbox, an app of demo venues that also seeds
+# the demo's movements, is above movements and may use its services.
+MOVEMENTS_INTERFACE = ("movements.interface", "movements.executors")
+
+
+def imports_of(package: str) -> list[tuple[str, int, str]]:
+    """(file, line, imported module) for every import in ``package``, migrations aside."""
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            rel = str(path.relative_to(ROOT))
+            found.extend((rel, node.lineno, name) for name in names)
+    return found
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_kernel_depends_on_no_app():
+    offending = [
+        i
+        for i in imports_of("qtg/core")
+        if top(i[2]) in (*APPS, "qtg") and not i[2].startswith("qtg.core")
+    ]
+    assert offending == []
+
+
+def test_movements_never_imports_the_apps_that_depend_on_it():
+    offending = [i for i in imports_of("movements") if top(i[2]) in APPS[1:]]
+    assert offending == []
+
+
+@pytest.mark.parametrize("app", ["reservations", "callbacks"])
+def test_reservations_and_callbacks_use_only_the_movements_interface(app):
+    offending = [
+        i
+        for i in imports_of(app)
+        if top(i[2]) == "movements"
+        and i[2] != "movements"
+        and not i[2].startswith(MOVEMENTS_INTERFACE)
+    ]
+    assert offending == []
+
+
+def test_the_app_graph_has_no_cycle():
+    edges = {app: set() for app in APPS}
+    for app in APPS:
+        edges[app] = {top(name) for _, _, name in imports_of(app) if top(name) in APPS} - {app}
+    # Kahn's algorithm: every app must come out.
+    remaining = {app: set(deps) for app, deps in edges.items()}
+    while remaining:
+        free = [app for app, deps in remaining.items() if not deps]
+        assert free, f"import cycle among {sorted(remaining)}: {remaining}"
+        for app in free:
+            del remaining[app]
+        for deps in remaining.values():
+            deps.difference_update(free)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_services_never_import_their_tasks(app):
+    """Tasks are thin wrappers over services; a service that queues a task names it."""
+    offending = [
+        i
+        for i in imports_of(app)
+        if ("services" in i[0] or i[0].endswith("interface.py")) and ".tasks" in i[2]
+    ]
+    assert offending == []
