@@ -8,12 +8,8 @@ from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes as _read_current_nodes
 from movements.services.derivation import derive_request_state
-from movements.services.state import (
-    flush_deferred_writes,
-    save_fields,
-    set_node_state,
-    set_request_state,
-)
+from movements.services.state import save_fields, set_node_state, set_request_state
+from movements.services.writers import RowWriter
 from movements.states import (
     DONE_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -61,9 +57,12 @@ def plan_graph(request: MovementRequest) -> PlanGraph:
     return graph
 
 
-def current_nodes(request: MovementRequest, *, lock: bool = False) -> list[MovementRequestNode]:
-    """The request's current nodes from the database, after any deferred write is flushed."""
-    flush_deferred_writes()
+def current_nodes(
+    request: MovementRequest, *, lock: bool = False, writer: RowWriter | None = None
+) -> list[MovementRequestNode]:
+    """The request's current nodes from the database, after what ``writer`` holds is written."""
+    if writer is not None:
+        writer.flush()
     return _read_current_nodes(request, lock=lock)
 
 
@@ -96,16 +95,18 @@ def apply_request_state_from_nodes(
     actor_type: str | None = None,
     actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
+    writer: RowWriter | None = None,
 ) -> RequestState | None:
     """Write the derived request state when the transition is legal; return the new state.
 
     The post-transition table (reservation, callback, frontier) runs inside
     ``set_request_state``. A request in MANUAL_INTERVENTION whose FAILED/UNKNOWN nodes are all
-    resolved goes back to EXECUTING (or on to COMPLETED). The caller holds the request lock.
+    resolved goes back to EXECUTING (or on to COMPLETED). The caller holds the request lock;
+    a caller writing in a batch passes its ``writer`` (see ``state.batch``).
     """
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
-        nodes = current_nodes(request)
+        nodes = current_nodes(request, writer=writer)
     derived = derive_request_state(nodes)
     current = RequestState(request.request_state)
 
@@ -128,6 +129,7 @@ def apply_request_state_from_nodes(
             actor=actor,
             nodes=nodes,
             detail={"derived_from_nodes": True, **(detail or {})},
+            writer=writer,
         )
     return derived
 
@@ -139,6 +141,7 @@ def _wake(
     preds: dict[str, list[str]],
     actor: Actor,
     context: dict[str, Any],
+    writer: RowWriter | None,
 ) -> list[str]:
     """BLOCKED candidates whose predecessors are all COMPLETED/SKIPPED become READY, or SKIPPED
     when their condition does not hold (and then their own successors are considered)."""
@@ -153,13 +156,14 @@ def _wake(
             continue
         condition = node.plan_node.condition
         if condition_holds(condition, context):
-            set_node_state(node=node, new_state=NodeState.READY, actor=actor)
+            set_node_state(node=node, new_state=NodeState.READY, actor=actor, writer=writer)
         else:
             set_node_state(
                 node=node,
                 new_state=NodeState.SKIPPED,
                 actor=actor,
                 detail={"reason": "condition not met", "condition": condition},
+                writer=writer,
             )
             queue.extend(plan_graph(request).successors.get(key, []))
         woken.append(key)
@@ -182,21 +186,22 @@ def _advance(
     nodes: list[MovementRequestNode],
     actor: Actor,
     cause: dict[str, Any],
+    writer: RowWriter | None = None,
 ) -> None:
     by_key = {node.node_key: node for node in nodes}
     preds = plan_graph(request).predecessors
-    woken = _wake(request, candidates, by_key, preds, actor, _context(request))
+    woken = _wake(request, candidates, by_key, preds, actor, _context(request), writer)
     frontier = compute_frontier(nodes)
     if frontier != request.current_frontier:
         request.current_frontier = frontier
-        save_fields(request, ["current_frontier"])
+        save_fields(request, ["current_frontier"], writer=writer)
     if woken:
         interface.callbacks().enqueue(
             request=request,
             event_type="frontier_advanced",
             data={"woken": woken, "frontier": frontier, **cause},
         )
-    apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+    apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
 
 
 def start_roots(request: MovementRequest, *, actor: Actor) -> None:
@@ -215,13 +220,15 @@ def advance_after_completion(
     actor: Actor | None = None,
     actor_type: str | None = None,
     actor_id: str | None = None,
+    writer: RowWriter | None = None,
 ) -> None:
     """After a node completes: wake its successors along on_success edges (a join waits for all
     its predecessors), update ``current_frontier``, send ``frontier_advanced``, and derive the
-    request state. The caller holds the request lock."""
+    request state. The caller holds the request lock; a caller writing in a batch passes its
+    ``writer`` (see ``state.batch``)."""
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
-        nodes = current_nodes(request, lock=True)
+        nodes = current_nodes(request, lock=True, writer=writer)
     # The caller's instance of the completed node is the freshest one.
     nodes = [completed_node if n.pk == completed_node.pk else n for n in nodes]
     successors = plan_graph(request).successors.get(completed_node.node_key, [])
@@ -229,10 +236,11 @@ def advance_after_completion(
         frontier = compute_frontier(nodes)
         if frontier != request.current_frontier:
             request.current_frontier = frontier
-            save_fields(request, ["current_frontier"])
-        apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+            save_fields(request, ["current_frontier"], writer=writer)
+        apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
         return
-    _advance(request, successors, nodes, actor, {"completed_node": completed_node.node_key})
+    cause = {"completed_node": completed_node.node_key}
+    _advance(request, successors, nodes, actor, cause, writer)
 
 
 def refresh_frontier(request: MovementRequest, *, actor: Actor) -> None:
