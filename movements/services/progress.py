@@ -6,7 +6,7 @@ from typing import Any
 from movements import interface
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
-from movements.selectors import current_nodes as _read_current_nodes
+from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
 from movements.services.state import save_fields, set_node_state, set_request_state
 from movements.services.writers import RowWriter
@@ -55,15 +55,6 @@ def plan_graph(request: MovementRequest) -> PlanGraph:
         _PLAN_GRAPHS.clear()
     _PLAN_GRAPHS[request.pk] = graph
     return graph
-
-
-def current_nodes(
-    request: MovementRequest, *, lock: bool = False, writer: RowWriter | None = None
-) -> list[MovementRequestNode]:
-    """The request's current nodes from the database, after what ``writer`` holds is written."""
-    if writer is not None:
-        writer.flush()
-    return _read_current_nodes(request, lock=lock)
 
 
 def compute_frontier(nodes: list[Any]) -> list[str]:

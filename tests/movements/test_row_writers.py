@@ -24,6 +24,7 @@ from movements.executors.base import (
 )
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
+from movements.selectors import current_nodes as current_nodes_after
 from movements.services import (
     advance_after_completion,
     execution,
@@ -33,7 +34,6 @@ from movements.services import (
     set_node_state,
     set_request_state,
 )
-from movements.services.progress import current_nodes as current_nodes_after
 from movements.services.state import batch, save_leases
 from movements.services.writers import (
     DeferredWriter,
