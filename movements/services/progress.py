@@ -3,11 +3,11 @@
 from dataclasses import dataclass
 from typing import Any
 
-from movements import interface
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
+from movements.services.effects import after_frontier_advanced
 from movements.services.state import save_fields, set_node_state, set_request_state
 from movements.services.writers import RowWriter
 from movements.states import (
@@ -187,11 +187,7 @@ def _advance(
         request.current_frontier = frontier
         save_fields(request, ["current_frontier"], writer=writer)
     if woken:
-        interface.callbacks().enqueue(
-            request=request,
-            event_type="frontier_advanced",
-            data={"woken": woken, "frontier": frontier, **cause},
-        )
+        after_frontier_advanced(request=request, woken=woken, frontier=frontier, cause=cause)
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
 
 
