@@ -7,3 +7,7 @@ class MovementsConfig(AppConfig):
 
     def ready(self) -> None:
         from movements import checks  # noqa: F401  (registers the system checks)
+        from movements.services.writers import row_writer
+
+        # The row writer is chosen once, at start-up: a bad QTG_ROW_WRITER fails here.
+        row_writer()

@@ -1,12 +1,19 @@
 """Reads that are more than a one-liner."""
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 
 
-def current_nodes(request: MovementRequest, *, lock: bool = False) -> list[MovementRequestNode]:
-    """The live attempt of every node of a request, in plan order."""
+def current_nodes(
+    request: MovementRequest, *, lock: bool = False, writer: Any = None
+) -> list[MovementRequestNode]:
+    """The live attempt of every node of a request, in plan order; with a batch ``writer``
+    (``state.batch()``), after what it holds is written, so the read sees it."""
+    if writer is not None:
+        writer.flush()
     qs = MovementRequestNode.objects.current().filter(request=request).select_related("plan_node")
     if lock:
         qs = qs.select_for_update(of=("self",), no_key=True)

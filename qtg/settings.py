@@ -195,7 +195,10 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},
 }
 
-# --- Execution (movements/services/execution.py) ---------------------------------------------
+# --- Execution (movements/services/execution/) -----------------------------------------------
+# How rows reach the database (movements/services/writers.py): "auto" (PostgreSQL's own
+# one-statement writer on PostgreSQL, the portable ORM writer elsewhere), "orm", "postgresql".
+QTG_ROW_WRITER = os.environ.get("QTG_ROW_WRITER", "auto")
 # A claimed node's lease; a worker that dies loses its nodes to the reaper after this long.
 QTG_LEASE_SECONDS = float(os.environ.get("QTG_LEASE_SECONDS", "60"))
 QTG_OBSERVE_POLL_SECONDS = float(os.environ.get("QTG_OBSERVE_POLL_SECONDS", QTG_TICK_SECONDS))

@@ -1,4 +1,5 @@
-"""What follows a request state change: the reservation effect and the callback event.
+"""What follows a request state change (the reservation effect and the callback event) and a
+frontier that moved (its callback): every callback a movement causes is enqueued here.
 
 The one table every request transition goes through, whoever caused it (derivation, an
 operator, a worker). Reservations and callbacks are reached only through the ledger and the
@@ -38,3 +39,14 @@ def after_request_transition(
         interface.callbacks().enqueue(
             request=request, event_type=event_type, data={"previous_state": str(old_state)}
         )
+
+
+def after_frontier_advanced(
+    *, request: Any, woken: list[str], frontier: list[str], cause: dict[str, Any]
+) -> None:
+    """Nodes woke up (READY or SKIPPED): the ``frontier_advanced`` callback."""
+    interface.callbacks().enqueue(
+        request=request,
+        event_type="frontier_advanced",
+        data={"woken": woken, "frontier": frontier, **cause},
+    )

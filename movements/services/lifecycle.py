@@ -52,7 +52,7 @@ from movements.services.progress import (
     refresh_frontier,
     start_roots,
 )
-from movements.services.state import record_event, set_node_state, set_request_state
+from movements.services.state import record_event, save_fields, set_node_state, set_request_state
 from movements.services.templates import route_template_current
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
@@ -304,7 +304,7 @@ def _create(
     request.template = route_template
     request.template_version = route_template.version
     request.params = plan.params
-    request.save(update_fields=["template", "template_version", "params", "updated_at"])
+    save_fields(request, ["template", "template_version", "params"])
     try:
         interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
@@ -343,7 +343,7 @@ def _cancel_waiting_nodes(
                 node=node, new_state=NodeState.CANCELLED, actor=actor, detail={"reason": reason}
             )
     request.current_frontier = compute_frontier(nodes)
-    request.save(update_fields=["current_frontier", "updated_at"])
+    save_fields(request, ["current_frontier"])
 
 
 @transaction.atomic
@@ -588,7 +588,7 @@ def intervention_retry(
     enforce(retry_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     failed = _named(nodes, node_key)
     failed.is_current = False
-    failed.save(update_fields=["is_current", "updated_at"])
+    save_fields(failed, ["is_current"])
     attempt = MovementRequestNode.attempt_of(
         failed.plan_node, request=request, attempt=failed.attempt + 1
     )
@@ -607,7 +607,7 @@ def intervention_retry(
     )
     nodes = [attempt if n.pk == failed.pk else n for n in nodes]
     request.current_frontier = compute_frontier(nodes)
-    request.save(update_fields=["current_frontier", "updated_at"])
+    save_fields(request, ["current_frontier"])
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
     return request
 

@@ -5,18 +5,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from movements import interface
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
-from movements.selectors import current_nodes as _read_current_nodes
+from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
-from movements.services.state import (
-    flush_deferred_writes,
-    record_event,
-    save_fields,
-    set_node_state,
-    set_request_state,
-)
+from movements.services.effects import after_frontier_advanced
+from movements.services.state import record_event, save_fields, set_node_state, set_request_state
+from movements.services.writers import RowWriter
 from movements.states import (
     DONE_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -64,12 +59,6 @@ def plan_graph(request: MovementRequest) -> PlanGraph:
     return graph
 
 
-def current_nodes(request: MovementRequest, *, lock: bool = False) -> list[MovementRequestNode]:
-    """The request's current nodes from the database, after any deferred write is flushed."""
-    flush_deferred_writes()
-    return _read_current_nodes(request, lock=lock)
-
-
 def compute_frontier(nodes: list[Any]) -> list[str]:
     """Keys of the nodes that are READY or running: where the movement is now."""
     return [
@@ -99,6 +88,7 @@ def apply_request_state_from_nodes(
     actor_type: str | None = None,
     actor_id: str | None = None,
     detail: dict[str, Any] | None = None,
+    writer: RowWriter | None = None,
 ) -> RequestState | None:
     """Write the derived request state when the transition is legal; return the new state.
 
@@ -108,11 +98,12 @@ def apply_request_state_from_nodes(
     EXECUTING (or on to COMPLETED); when automatic recovery does, its finding is recorded
     ("resume to continue") and the request stays where a person will look at it. A FAILED or
     MANUAL_INTERVENTION request says in ``failure_reason`` which node and which error put it
-    there. The caller holds the request lock.
+    there. The caller holds the request lock; a caller writing in a batch passes its
+    ``writer`` (see ``state.batch``).
     """
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
-        nodes = current_nodes(request)
+        nodes = current_nodes(request, writer=writer)
     derived = derive_request_state(nodes)
     current = RequestState(request.request_state)
 
@@ -131,6 +122,7 @@ def apply_request_state_from_nodes(
                     "would_be": str(derived),
                     "note": f"recovered at {timezone.now().isoformat()}: resume to continue",
                 },
+                writer=writer,
             )
             return None
 
@@ -153,6 +145,7 @@ def apply_request_state_from_nodes(
             nodes=nodes,
             detail={"derived_from_nodes": True, **(detail or {})},
             update_fields=fields if target == derived else [],
+            writer=writer,
         )
     return derived
 
@@ -175,6 +168,7 @@ def _wake(
     preds: dict[str, list[str]],
     actor: Actor,
     context: dict[str, Any],
+    writer: RowWriter | None,
 ) -> list[str]:
     """BLOCKED candidates whose predecessors are all COMPLETED/SKIPPED become READY, or SKIPPED
     when their condition does not hold (and then their own successors are considered)."""
@@ -189,13 +183,14 @@ def _wake(
             continue
         condition = node.plan_node.condition
         if condition_holds(condition, context):
-            set_node_state(node=node, new_state=NodeState.READY, actor=actor)
+            set_node_state(node=node, new_state=NodeState.READY, actor=actor, writer=writer)
         else:
             set_node_state(
                 node=node,
                 new_state=NodeState.SKIPPED,
                 actor=actor,
                 detail={"reason": "condition not met", "condition": condition},
+                writer=writer,
             )
             queue.extend(plan_graph(request).successors.get(key, []))
         woken.append(key)
@@ -218,21 +213,18 @@ def _advance(
     nodes: list[MovementRequestNode],
     actor: Actor,
     cause: dict[str, Any],
+    writer: RowWriter | None = None,
 ) -> None:
     by_key = {node.node_key: node for node in nodes}
     preds = plan_graph(request).predecessors
-    woken = _wake(request, candidates, by_key, preds, actor, _context(request))
+    woken = _wake(request, candidates, by_key, preds, actor, _context(request), writer)
     frontier = compute_frontier(nodes)
     if frontier != request.current_frontier:
         request.current_frontier = frontier
-        save_fields(request, ["current_frontier"])
+        save_fields(request, ["current_frontier"], writer=writer)
     if woken:
-        interface.callbacks().enqueue(
-            request=request,
-            event_type="frontier_advanced",
-            data={"woken": woken, "frontier": frontier, **cause},
-        )
-    apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+        after_frontier_advanced(request=request, woken=woken, frontier=frontier, cause=cause)
+    apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
 
 
 def start_roots(request: MovementRequest, *, actor: Actor) -> None:
@@ -251,13 +243,15 @@ def advance_after_completion(
     actor: Actor | None = None,
     actor_type: str | None = None,
     actor_id: str | None = None,
+    writer: RowWriter | None = None,
 ) -> None:
     """After a node completes: wake its successors along on_success edges (a join waits for all
     its predecessors), update ``current_frontier``, send ``frontier_advanced``, and derive the
-    request state. The caller holds the request lock."""
+    request state. The caller holds the request lock; a caller writing in a batch passes its
+    ``writer`` (see ``state.batch``)."""
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
-        nodes = current_nodes(request, lock=True)
+        nodes = current_nodes(request, lock=True, writer=writer)
     # The caller's instance of the completed node is the freshest one.
     nodes = [completed_node if n.pk == completed_node.pk else n for n in nodes]
     successors = plan_graph(request).successors.get(completed_node.node_key, [])
@@ -265,10 +259,11 @@ def advance_after_completion(
         frontier = compute_frontier(nodes)
         if frontier != request.current_frontier:
             request.current_frontier = frontier
-            save_fields(request, ["current_frontier"])
-        apply_request_state_from_nodes(request, actor=actor, nodes=nodes)
+            save_fields(request, ["current_frontier"], writer=writer)
+        apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
         return
-    _advance(request, successors, nodes, actor, {"completed_node": completed_node.node_key})
+    cause = {"completed_node": completed_node.node_key}
+    _advance(request, successors, nodes, actor, cause, writer)
 
 
 def refresh_frontier(request: MovementRequest, *, actor: Actor) -> None:

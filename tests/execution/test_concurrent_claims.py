@@ -8,6 +8,7 @@ from django.db import connection, transaction
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services import execution
+from movements.services.execution import sweeps
 from movements.services.lifecycle import _lock_request
 from movements.states import RequestState
 from tests.execution.conftest import assert_history_replays, ledger
@@ -20,7 +21,7 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
     errors: list[BaseException] = []
     claims: list[int] = []
     lock = threading.Lock()
-    original = execution.claim_ready_nodes
+    original = sweeps.claim_ready_nodes
 
     def recording_claim(**kwargs):
         batch = original(**kwargs)
@@ -43,7 +44,7 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
         finally:
             connection.close()
 
-    execution.claim_ready_nodes = recording_claim
+    sweeps.claim_ready_nodes = recording_claim
     try:
         threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
         for thread in threads:
@@ -51,7 +52,7 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
         for thread in threads:
             thread.join(timeout=120)
     finally:
-        execution.claim_ready_nodes = original
+        sweeps.claim_ready_nodes = original
 
     assert errors == []
     assert len(claims) == 3 * len(requests)  # every node of every movement, once

@@ -1,0 +1,255 @@
+"""Claiming: a worker takes a batch of due nodes (``QTG_CLAIM_BATCH``) in one short
+transaction.
+
+The claim locks the due nodes together with their requests, in one statement, with
+``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL (a worker never waits for a lock it does
+not hold yet), gives them a lease and moves them (READY -> PREPARING/OBSERVING); SUBMITTED,
+OBSERVING and UNKNOWN nodes are leased without a state change. Movement rows are locked FOR NO
+KEY UPDATE (their keys never change): writers still queue on a row, but inserting the audit
+events and other rows that reference it never waits for one, so such a statement cannot close
+a lock cycle.
+
+Exactly once starts here: the idempotency key of an attempt is persisted when the node is
+claimed, before anything is submitted, and sent to the venue with the submit.
+
+On SQLite (embedded) there are no row locks: transactions are IMMEDIATE, so writers queue.
+"""
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from movements.executors import get_executor
+from movements.executors.base import ExecutionContext, Executor, Upstream
+from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements.services.execution.leases import take_lease
+from movements.services.state import batch, save_leases, set_node_state, set_request_state
+from movements.services.writers import RowWriter
+from movements.states import NodeState, RequestState
+from qtg.core.actors import Actor
+
+NS = NodeState
+RS = RequestState
+
+# READY nodes are dispatched only for these requests (never before approval, never after).
+DISPATCH_REQUEST_STATES = (RS.APPROVED, RS.EXECUTING)
+# Observation and recovery continue while money may be in flight, including in
+# MANUAL_INTERVENTION: nothing with money in flight is auto-terminalized.
+WATCH_REQUEST_STATES = (RS.EXECUTING, RS.WAITING_MANUAL_ACTION, RS.MANUAL_INTERVENTION)
+
+LEASE_FIELDS = ["lease_owner", "lease_expires_at", "heartbeat_at"]
+
+
+def worker_identity() -> str:
+    """host:pid:random, unique per process (and per fork)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def worker_actor(owner: str) -> Actor:
+    """The actor a worker's transitions are recorded under."""
+    return Actor.system(f"worker:{owner}"[:128])
+
+
+def attempt_idempotency_key(node: MovementRequestNode) -> str:
+    """One key per side-effecting attempt (a retried node is a new attempt, a new key)."""
+    return f"qtg-{node.request_id}-{node.node_key}-{node.attempt}"
+
+
+@dataclass
+class Claim:
+    """A node this worker holds the lease of, with what the executor needs to know."""
+
+    node_id: int
+    request_id: Any
+    owner: str
+    state: NodeState
+    kind: str
+    signing_required: bool
+    executor: Executor
+    context: ExecutionContext
+    # The node as this worker last wrote it (with its request): what a lock-free
+    # compare-and-set transition starts from.
+    node: MovementRequestNode
+
+
+def due(now: Any) -> Q:
+    return Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
+
+
+def lease_free(now: Any) -> Q:
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
+
+
+def _claimable(states: tuple, request_states: tuple, now: Any):
+    return (
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=states, request__request_state__in=request_states)
+        .filter(due(now), lease_free(now))
+        .exclude(kind=NodeKind.MANUAL_GATE)
+        .select_related("request", "plan_node")
+        # The request row is locked in the same statement as the node, and skipped if anyone
+        # holds either: a worker holding a node lock never waits for its request's lock.
+        .select_for_update(skip_locked=True, of=("self", "request"), no_key=True)
+        .order_by("next_attempt_at", "id")
+    )
+
+
+def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]]:
+    """What the executors that look upstream need: the other current nodes of their requests,
+    read with one query for the whole batch."""
+    request_ids = {node.request_id for node in nodes if get_executor(node.executor).needs_upstream}
+    upstream: dict[Any, dict[str, Upstream]] = {pk: {} for pk in request_ids}
+    if not request_ids:
+        return upstream
+    rows = (
+        MovementRequestNode.objects.current()
+        .filter(request_id__in=request_ids)
+        .values_list("request_id", "node_key", "executor", "node_state", "external_ref", "result")
+        .annotate(config=F("plan_node__config"))
+    )
+    for request_id, key, executor, state, external_ref, result, config in rows:
+        upstream[request_id][key] = Upstream(
+            executor=executor,
+            state=state,
+            external_ref=external_ref,
+            result=dict(result or {}),
+            config=dict(config or {}),
+        )
+    return upstream
+
+
+def _context(node: MovementRequestNode, upstream: dict[str, Upstream]) -> ExecutionContext:
+    request = node.request
+    return ExecutionContext(
+        request_id=str(request.pk),
+        node_id=node.pk,
+        node_key=node.node_key,
+        attempt=node.attempt,
+        asset=request.asset,
+        amount=request.amount,
+        source=request.source,
+        destination=request.destination,
+        config=dict(node.plan_node.config or {}),
+        params=dict(request.params or {}),
+        idempotency_key=node.idempotency_key,
+        signed_payload=node.signed_payload,
+        external_ref=node.external_ref,
+        result=dict(node.result or {}),
+        upstream={k: v for k, v in upstream.items() if k != node.node_key},
+    )
+
+
+def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
+    upstream = _upstream(nodes)
+    return [
+        Claim(
+            node_id=node.pk,
+            request_id=node.request_id,
+            owner=owner,
+            state=NodeState(node.node_state),
+            kind=node.kind,
+            signing_required=node.signing_required,
+            executor=get_executor(node.executor),
+            context=_context(node, upstream.get(node.request_id, {})),
+            node=node,
+        )
+        for node in nodes
+    ]
+
+
+def _lock_batch(states: tuple, request_states: tuple, as_of: Any, limit: int) -> list:
+    """Lock up to ``limit`` due nodes (and their requests) in one statement. Nodes of the same
+    request share one request instance, so a request transition is seen by all of them."""
+    nodes = list(_claimable(states, request_states, as_of or timezone.now())[: max(1, limit)])
+    requests: dict[Any, MovementRequest] = {}
+    for node in nodes:
+        node.request = requests.setdefault(node.request_id, node.request)
+    return nodes
+
+
+@transaction.atomic
+def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Claim up to ``limit`` due READY nodes of APPROVED/EXECUTING requests in one transaction:
+    READY -> PREPARING for an action, READY -> OBSERVING for an observe node. The first
+    dispatch of a request moves it APPROVED -> EXECUTING. Manual gates are never dispatched
+    (an operator releases them)."""
+    nodes = _lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit)
+    actor = worker_actor(owner)
+    with batch() as writes:
+        _claim_locked(nodes, owner, actor, writes)
+    return _make_claims(nodes, owner)
+
+
+def _claim_locked(
+    nodes: list[MovementRequestNode], owner: str, actor: Actor, writes: RowWriter
+) -> None:
+    for node in nodes:
+        request = node.request
+        if request.request_state == RS.APPROVED:
+            set_request_state(
+                request=request,
+                new_state=RS.EXECUTING,
+                actor=actor,
+                nodes=[],
+                detail={"first_dispatch": node.node_key},
+                writer=writes,
+            )
+        take_lease(node, owner)
+        node.dispatch_count += 1
+        node.next_attempt_at = None
+        fields = [*LEASE_FIELDS, "dispatch_count", "next_attempt_at"]
+        if node.kind == NodeKind.ACTION and not node.idempotency_key:
+            # Persisted before anything is submitted, and sent to the venue with the submit.
+            node.idempotency_key = attempt_idempotency_key(node)
+            fields.append("idempotency_key")
+        target = NS.OBSERVING if node.kind == NodeKind.OBSERVE else NS.PREPARING
+        set_node_state(
+            node=node,
+            new_state=target,
+            actor=actor,
+            update_fields=fields,
+            detail={"worker": owner, "dispatch": node.dispatch_count},
+            writer=writes,
+        )
+
+
+def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
+    """Claim the next due READY node (see ``claim_ready_nodes``)."""
+    claims = claim_ready_nodes(owner=owner, as_of=as_of, limit=1)
+    return claims[0] if claims else None
+
+
+@transaction.atomic
+def _claim_watched(*, owner: str, states: tuple, as_of: Any, limit: int) -> list[Claim]:
+    nodes = _lock_batch(states, WATCH_REQUEST_STATES, as_of, limit)
+    if not nodes:
+        return []
+    for node in nodes:
+        take_lease(node, owner)
+    # One lease for the whole batch, written in one statement (no state change).
+    save_leases(
+        [node.pk for node in nodes],
+        owner=owner,
+        expires_at=nodes[0].lease_expires_at,
+        heartbeat_at=nodes[0].heartbeat_at,
+    )
+    return _make_claims(nodes, owner)
+
+
+def claim_observable_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Lease up to ``limit`` due SUBMITTED/OBSERVING nodes (no state change: the observer
+    does not pre-flip SUBMITTED rows, so SUBMITTED -> UNKNOWN stays a real edge)."""
+    return _claim_watched(
+        owner=owner, states=(NS.SUBMITTED, NS.OBSERVING), as_of=as_of, limit=limit
+    )
+
+
+def claim_unknown_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
+    """Lease up to ``limit`` due UNKNOWN nodes for recovery."""
+    return _claim_watched(owner=owner, states=(NS.UNKNOWN,), as_of=as_of, limit=limit)

@@ -1,0 +1,124 @@
+"""Leases: which worker holds a claimed node, and until when.
+
+A claim gives each node a lease (``QTG_LEASE_SECONDS``). A worker runs its batch one node
+after another, each executor call with no transaction open and no lock held; before each
+call, once half the lease has gone by, it renews the leases of the nodes it still holds, so a
+node waiting its turn, or a slow venue call, is never taken for abandoned while its worker
+lives. A result is applied only if its lease is still ours (``results``).
+
+A node whose worker died stops being renewed: once its lease expires the reaper moves it on.
+PREPARING/AWAITING_SIGNATURE go back to READY (nothing left the building); SUBMITTING goes to
+UNKNOWN (it may have), to be reconciled through ``recover``, never submitted again.
+"""
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from movements.models import MovementRequest, MovementRequestNode
+from movements.services.execution.outcomes import REAPED, NodeFacts, Then, Timing, lease_expired
+from movements.services.progress import apply_request_state_from_nodes
+from movements.services.state import save_leases, set_node_state
+from movements.states import IN_FLIGHT_NODE_STATES, NodeState
+from qtg.core.actors import Actor
+
+if TYPE_CHECKING:
+    from movements.services.execution.claims import Claim
+
+
+def lease_until() -> Any:
+    return timezone.now() + timedelta(seconds=settings.QTG_LEASE_SECONDS)
+
+
+def take_lease(node: MovementRequestNode, owner: str) -> None:
+    """Give ``node`` (locked by the caller) to ``owner`` for a lease; the caller saves it."""
+    now = timezone.now()
+    node.lease_owner = owner
+    node.lease_expires_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS)
+    node.heartbeat_at = now
+
+
+class LeaseKeeper:
+    """Renews the leases of a batch a worker runs one node after another (see above)."""
+
+    def __init__(self, claims: list["Claim"]) -> None:
+        self.claims = claims
+        self.renew_at = timezone.now() + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+
+    def tick(self) -> None:
+        """Before an executor call: renew the leases still ours, once half the lease is gone."""
+        now = timezone.now()
+        if now < self.renew_at or not self.claims:
+            return
+        owner = self.claims[0].owner
+        ours = set(
+            MovementRequestNode.objects.filter(
+                pk__in=[claim.node_id for claim in self.claims],
+                lease_owner=owner,
+                node_state__in=IN_FLIGHT_NODE_STATES,
+            ).values_list("pk", flat=True)
+        )
+        self.claims = [claim for claim in self.claims if claim.node_id in ours]
+        with transaction.atomic():
+            # A row another transaction holds is skipped, never waited for (no lock cycle
+            # with a batch that holds its request), and renewed at the next tick.
+            held = set(
+                MovementRequestNode.objects.select_for_update(skip_locked=True, no_key=True)
+                .filter(pk__in=ours, lease_owner=owner)
+                .values_list("pk", flat=True)
+            )
+            save_leases(held, expires_at=lease_until(), heartbeat_at=now)
+        if held == ours:
+            self.renew_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+
+
+def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
+    """Nodes whose worker stopped renewing its lease: PREPARING/AWAITING_SIGNATURE go back to
+    READY (nothing left the building), SUBMITTING goes to UNKNOWN (it may have), to be
+    reconciled by recovery and never submitted again. Returns how many moved."""
+    actor = actor or Actor.system("lease-reaper")
+    now = timezone.now()
+    candidates = list(
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=list(REAPED), lease_expires_at__lte=now)
+        .values_list("pk", "request_id")[:limit]
+    )
+    moved = 0
+    for node_pk, request_pk in candidates:
+        with transaction.atomic():
+            request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_pk)
+            node = MovementRequestNode.objects.select_for_update(of=("self",), no_key=True).get(
+                pk=node_pk
+            )
+            node.request = request
+            if (
+                node.node_state not in REAPED
+                or node.lease_expires_at is None
+                or (node.lease_expires_at > timezone.now())
+            ):
+                continue
+            facts = NodeFacts(
+                state=NodeState(node.node_state),
+                dispatch_count=node.dispatch_count,
+                lease_owner=node.lease_owner,
+                lease_expires_at=node.lease_expires_at,
+            )
+            outcome = lease_expired(
+                facts, now=timezone.now(), timing=Timing.from_settings(settings)
+            )
+            for name, value in outcome.fields.items():
+                setattr(node, name, value)
+            set_node_state(
+                node=node,
+                new_state=outcome.target,
+                actor=actor,
+                detail=dict(outcome.detail),
+                update_fields=list(outcome.fields),
+            )
+            if outcome.then is Then.DERIVE:
+                apply_request_state_from_nodes(request, actor=actor)
+            moved += 1
+    return moved

@@ -1,0 +1,353 @@
+"""The rules that turn a venue's answer into a node transition: pure functions, no database.
+
+A worker asks the venue with no transaction open; under the lock it reads the node's facts,
+calls ``decide`` and writes the ``Outcome`` it gets. The error taxonomy of
+``movements.executors.base`` maps onto the spec's edges:
+
+- before submit (prepare, sign): a deterministic error -> FAILED; anything else -> READY with
+  backoff, or FAILED once the dispatch budget is spent. Nothing has left the building, so
+  nothing is ever UNKNOWN here.
+- during submit: a deterministic error -> FAILED; any other error -> UNKNOWN (money may have
+  moved: recovery finds out, the node is never submitted again blindly). An answer ->
+  SUBMITTED (observed next), or COMPLETED when the venue's submit is terminal.
+- observing: COMPLETED / FAILED / UNKNOWN as seen; a reorg is recorded with its evidence and
+  goes to UNKNOWN; a transient error or a pending answer is polled again later.
+- recovering an UNKNOWN node: SUBMITTED / COMPLETED / FAILED as the venue says; an error or an
+  unanswerable question stays UNKNOWN, asked again with backoff.
+- a lease that expired: PREPARING / AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN.
+
+Every transition out of a worker's hands releases its lease, except AWAITING_SIGNATURE, which
+the worker keeps (its lease extended) to sign next.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from movements.executors.base import (
+    DeterministicError,
+    Observation,
+    ObservedStatus,
+    Prepared,
+    RecoveredOutcome,
+    Recovery,
+    Submitted,
+    TransientError,
+)
+from movements.states import NodeState
+
+NS = NodeState
+
+# The state a node is in when the answer of each step is applied (its lease still ours).
+STEP_STATES: Mapping[str, tuple[NodeState, ...]] = {
+    "prepare": (NS.PREPARING,),
+    "sign": (NS.AWAITING_SIGNATURE,),
+    "submit": (NS.SUBMITTING,),
+    "observe": (NS.SUBMITTED, NS.OBSERVING),
+    "recover": (NS.UNKNOWN,),
+}
+
+# What a node whose lease expired goes to: back to READY if nothing left the building, to
+# UNKNOWN (reconciled by recovery) if it may have.
+REAPED: Mapping[NodeState, NodeState] = {
+    NS.PREPARING: NS.READY,
+    NS.AWAITING_SIGNATURE: NS.READY,
+    NS.SUBMITTING: NS.UNKNOWN,
+}
+
+OBSERVED_TARGETS: Mapping[ObservedStatus, NodeState] = {
+    ObservedStatus.COMPLETED: NS.COMPLETED,
+    ObservedStatus.FAILED: NS.FAILED,
+    ObservedStatus.UNKNOWN: NS.UNKNOWN,
+    ObservedStatus.REORG: NS.UNKNOWN,
+}
+
+RECOVERED_TARGETS: Mapping[RecoveredOutcome, NodeState] = {
+    RecoveredOutcome.SUBMITTED: NS.SUBMITTED,
+    RecoveredOutcome.COMPLETED: NS.COMPLETED,
+    RecoveredOutcome.FAILED: NS.FAILED,
+}
+
+LAST_ERROR_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the rules read of a node, as plain values."""
+
+    state: NodeState
+    dispatch_count: int = 0
+    external_ref: str = ""
+    result: Mapping[str, Any] = field(default_factory=dict)
+    lease_owner: str = ""
+    lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The settings the rules need, in seconds (``poll_seconds``: the executor's own, or the
+    default)."""
+
+    lease_seconds: float
+    poll_seconds: float
+    retry_base_seconds: float
+    retry_max_seconds: float
+    max_dispatches: int
+
+    @classmethod
+    def from_settings(cls, settings: Any, *, poll_seconds: float | None = None) -> "Timing":
+        """The numbers of the ``QTG_*`` execution settings (``settings``: Django's)."""
+        return cls(
+            lease_seconds=settings.QTG_LEASE_SECONDS,
+            poll_seconds=poll_seconds or settings.QTG_OBSERVE_POLL_SECONDS,
+            retry_base_seconds=settings.QTG_RETRY_BASE_SECONDS,
+            retry_max_seconds=settings.QTG_RETRY_MAX_SECONDS,
+            max_dispatches=settings.QTG_MAX_DISPATCHES,
+        )
+
+
+class Then(StrEnum):
+    """What follows a transition once it is written."""
+
+    ADVANCE = "advance"  # the node completed: wake its successors, derive the request
+    DERIVE = "derive"  # derive the request state from its nodes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A node's transition (``target``; None: bookkeeping only) with the node fields to set
+    and save with it, in order, the evidence for its audit event (``detail``), what follows
+    it, and evidence recorded as its own event before it (a reorg)."""
+
+    target: NodeState | None
+    fields: Mapping[str, Any]
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    then: Then | None = None
+    record: Mapping[str, Any] | None = None
+    # The venue has no final answer yet (the node is polled again); reported as no new state.
+    pending: bool = False
+
+
+def error_detail(exc: BaseException) -> dict[str, Any]:
+    """An error as evidence: its type and message, and the executor's evidence if any."""
+    detail: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
+    evidence = getattr(exc, "evidence", None)
+    if evidence:
+        detail["evidence"] = evidence
+    return detail
+
+
+def evidence(answer: Any, error: BaseException | None) -> dict[str, Any]:
+    """What the venue answered (or raised), as kept when the answer came too late to apply."""
+    if answer is None:
+        return error_detail(error)
+    if isinstance(answer, Prepared):
+        return {"prepared": answer.detail}
+    if isinstance(answer, Submitted):
+        return {"external_ref": answer.external_ref, **answer.detail}
+    if isinstance(answer, Observation):
+        return {"status": str(answer.status), **answer.detail}
+    if isinstance(answer, Recovery):
+        return {"outcome": str(answer.outcome), **answer.detail}
+    raise TypeError(f"no evidence rule for {type(answer).__name__}")
+
+
+def backoff(count: int, timing: Timing) -> timedelta:
+    """Exponential backoff after ``count`` dispatches, capped at ``retry_max_seconds``."""
+    # 2.0 ** 1000 (not an int power) keeps a node asked thousands of times from overflowing.
+    exponent = min(max(0, count - 1), 1000)
+    seconds = timing.retry_base_seconds * 2.0**exponent
+    return timedelta(seconds=min(seconds, timing.retry_max_seconds))
+
+
+_RELEASED = {"lease_owner": "", "lease_expires_at": None}
+
+
+def _merged(node: NodeFacts, detail: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {**(node.result or {}), **detail} if detail else node.result
+
+
+def _last_error(detail: Mapping[str, Any]) -> str:
+    return detail["error"][:LAST_ERROR_LENGTH]
+
+
+def _then(target: NodeState) -> Then:
+    return Then.ADVANCE if target == NS.COMPLETED else Then.DERIVE
+
+
+def failed_before_submit(
+    node: NodeFacts, error: BaseException, *, phase: str, now: datetime, timing: Timing
+) -> Outcome:
+    """Deterministic -> FAILED; anything else before submit -> READY with backoff (or FAILED
+    once the dispatch budget is spent)."""
+    detail = {"phase": phase, **error_detail(error)}
+    fields = {**_RELEASED, "last_error": _last_error(detail)}
+    deterministic = isinstance(error, DeterministicError)
+    give_up = node.dispatch_count >= timing.max_dispatches
+    if deterministic or give_up:
+        if not deterministic:
+            detail["gave_up_after_dispatches"] = node.dispatch_count
+        return Outcome(NS.FAILED, fields, detail, then=Then.DERIVE)
+    retry_at = now + backoff(node.dispatch_count, timing)
+    detail["retry_at"] = retry_at.isoformat()
+    return Outcome(NS.READY, {**fields, "next_attempt_at": retry_at}, detail)
+
+
+def awaiting_signature(
+    node: NodeFacts, prepared: Prepared, *, now: datetime, timing: Timing
+) -> Outcome:
+    """Prepared, to be signed next by the same worker: its lease is extended, not released."""
+    fields = {
+        "result": _merged(node, prepared.detail),
+        "lease_expires_at": now + timedelta(seconds=timing.lease_seconds),
+    }
+    return Outcome(NS.AWAITING_SIGNATURE, fields, prepared.detail)
+
+
+def before_submit(
+    node: NodeFacts,
+    answer: Prepared | None,
+    error: BaseException | None,
+    *,
+    phase: str,
+    now: datetime,
+    timing: Timing,
+) -> Outcome:
+    """A prepare or sign step: its error (see ``failed_before_submit``), or a preparation
+    that needs a signature (a signed payload is written by the SUBMITTING compare-and-set,
+    never here)."""
+    if error is not None:
+        return failed_before_submit(node, error, phase=phase, now=now, timing=timing)
+    if phase != "prepare" or not isinstance(answer, Prepared):
+        raise ValueError(f"no transition for {type(answer).__name__} at {phase}")
+    return awaiting_signature(node, answer, now=now, timing=timing)
+
+
+def after_submit(
+    node: NodeFacts,
+    answer: Submitted | None,
+    error: BaseException | None,
+    *,
+    now: datetime,
+    timing: Timing,
+) -> Outcome:
+    """SUBMITTED (polled next) or COMPLETED when the venue's submit is terminal. An error:
+    deterministic, the venue refused and nothing happened -> FAILED; anything else is
+    ambiguous (money may have moved) -> UNKNOWN, for recovery to find out."""
+    if answer is not None:
+        target = NS.COMPLETED if answer.done else NS.SUBMITTED
+        fields = dict(_RELEASED)
+        if target == NS.SUBMITTED:
+            fields["next_attempt_at"] = now + timedelta(seconds=timing.poll_seconds)
+        fields |= {"external_ref": answer.external_ref, "result": _merged(node, answer.detail)}
+        detail = {"external_ref": answer.external_ref, **answer.detail}
+        then = None if target == NS.SUBMITTED else Then.ADVANCE
+        return Outcome(target, fields, detail, then=then)
+    failure = error_detail(error)
+    target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+    fields = {**_RELEASED, "last_error": _last_error(failure), "next_attempt_at": now}
+    detail = {"phase": "submit", "ambiguous": target == NS.UNKNOWN, **failure}
+    return Outcome(target, fields, detail, then=Then.DERIVE)
+
+
+def observed(
+    node: NodeFacts,
+    answer: Observation | None,
+    error: BaseException | None,
+    *,
+    now: datetime,
+    timing: Timing,
+) -> Outcome:
+    """COMPLETED, FAILED, UNKNOWN (ambiguous, or a reorg: recorded with its evidence first),
+    or still pending (polled again later; a SUBMITTED node moves on to OBSERVING)."""
+    if answer is None:
+        detail = {"phase": "observe", **error_detail(error)}
+        fields = {**_RELEASED, "last_error": _last_error(detail)}
+        if isinstance(error, TransientError):
+            retry_at = now + backoff(node.dispatch_count or 1, timing)
+            return Outcome(None, {**fields, "next_attempt_at": retry_at}, pending=True)
+        target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+        return Outcome(target, {**fields, "next_attempt_at": now}, detail, then=Then.DERIVE)
+    external_ref = node.external_ref or answer.external_ref
+    fields = {**_RELEASED, "result": _merged(node, answer.detail), "external_ref": external_ref}
+    target = OBSERVED_TARGETS.get(answer.status)
+    if target is None:  # still pending
+        fields["next_attempt_at"] = now + timedelta(seconds=timing.poll_seconds)
+        moving = node.state == NS.SUBMITTED
+        return Outcome(
+            NS.OBSERVING if moving else None,
+            fields,
+            answer.detail if moving else {},
+            pending=True,
+        )
+    if target == NS.UNKNOWN:
+        fields["next_attempt_at"] = now
+    reorg = {"reorg": answer.detail} if answer.status == ObservedStatus.REORG else None
+    detail = {"observed": str(answer.status), **answer.detail}
+    return Outcome(target, fields, detail, then=_then(target), record=reorg)
+
+
+def recovered(
+    node: NodeFacts,
+    answer: Recovery | None,
+    error: BaseException | None,
+    *,
+    now: datetime,
+    timing: Timing,
+) -> Outcome:
+    """SUBMITTED, COMPLETED or FAILED as the venue says; an error or an unanswerable question
+    leaves the node UNKNOWN, to be asked again after a backoff."""
+    target = RECOVERED_TARGETS.get(answer.outcome) if answer is not None else None
+    if target is None:
+        dispatches = node.dispatch_count + 1
+        fields = {
+            **_RELEASED,
+            "next_attempt_at": now + backoff(dispatches, timing),
+            "dispatch_count": dispatches,
+        }
+        if error is not None:
+            fields["last_error"] = _last_error(error_detail(error))
+        return Outcome(None, fields)
+    fields = dict(_RELEASED)
+    if target == NS.SUBMITTED:
+        fields["next_attempt_at"] = now
+    fields |= {
+        "external_ref": answer.external_ref or node.external_ref,
+        "result": _merged(node, answer.detail),
+    }
+    detail = {"resolution": "recovery", **answer.detail}
+    return Outcome(target, fields, detail, then=_then(target))
+
+
+def lease_expired(node: NodeFacts, *, now: datetime, timing: Timing) -> Outcome:
+    """A node whose worker stopped renewing its lease (see ``REAPED``)."""
+    target = REAPED[node.state]
+    detail = {
+        "reason": "lease expired",
+        "lease_owner": node.lease_owner,
+        "lease_expired_at": node.lease_expires_at.isoformat() if node.lease_expires_at else None,
+    }
+    retry_at = now + backoff(node.dispatch_count, timing) if target == NS.READY else now
+    fields = {**_RELEASED, "next_attempt_at": retry_at}
+    return Outcome(target, fields, detail, then=Then.DERIVE if target == NS.UNKNOWN else None)
+
+
+AFTER_SUBMIT_RULES = {"submit": after_submit, "observe": observed, "recover": recovered}
+
+
+def decide(
+    phase: str,
+    node: NodeFacts,
+    answer: Any,
+    error: BaseException | None,
+    *,
+    now: datetime,
+    timing: Timing,
+) -> Outcome:
+    """The outcome of the venue's ``answer`` (or its ``error``) at ``phase`` (a key of
+    ``STEP_STATES``) for ``node``."""
+    if phase in ("prepare", "sign"):
+        return before_submit(node, answer, error, phase=phase, now=now, timing=timing)
+    return AFTER_SUBMIT_RULES[phase](node, answer, error, now=now, timing=timing)

@@ -1,0 +1,224 @@
+"""Result transactions: what the venues answered, applied to the nodes of a batch together.
+
+The results of a batch of claims are applied in one transaction that re-locks the requests and
+then their nodes (the house lock order), applies each result only if its lease is still ours,
+and writes every change in one batch (``state.batch``): nodes of one request in one batch see
+each other's new state. A result that arrives after the lease was reaped is recorded as
+evidence and otherwise ignored: recovery owns the node. If applying any result raises, the
+batch is rolled back and every result is applied again in a transaction of its own, so one bad
+result never costs the others.
+
+Applying a result is: lock, ``outcomes.decide`` (pure), write. Results are held until the batch
+is done, or written sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
+write, so a slow venue never leaves a known result unwritten for long (``Unwritten``).
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from movements import interface
+from movements.models import MovementRequest, MovementRequestNode
+from movements.services.execution.claims import Claim, worker_actor
+from movements.services.execution.outcomes import (
+    STEP_STATES,
+    NodeFacts,
+    Outcome,
+    Then,
+    Timing,
+    decide,
+    evidence,
+)
+from movements.services.progress import advance_after_completion, apply_request_state_from_nodes
+from movements.services.state import batch, record_event, save_fields, set_node_state
+from movements.services.writers import RowWriter
+from movements.states import NodeState
+from qtg.core.actors import Actor
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Locked:
+    """A claimed node under its row lock, with its request and every current node of it."""
+
+    request: MovementRequest
+    node: MovementRequestNode
+    nodes: list[MovementRequestNode]
+
+
+@dataclass
+class Result:
+    """What the venue answered (or raised) at ``phase`` for a claimed node: applied under the
+    lock if the lease is still ours, otherwise kept as evidence of a late result."""
+
+    claim: Claim
+    phase: str
+    answer: Any = None
+    error: BaseException | None = None
+    applied: bool = False
+    value: NodeState | None = None
+
+
+def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
+    request_ids = sorted({claim.request_id for claim in claims}, key=str)
+    requests = {
+        request.pk: request
+        for request in MovementRequest.objects.select_for_update(no_key=True)
+        .filter(pk__in=request_ids)
+        .order_by("pk")
+    }
+    nodes = list(
+        MovementRequestNode.objects.current()
+        .filter(request_id__in=request_ids)
+        .select_related("plan_node")
+        .select_for_update(of=("self",), no_key=True)
+        .order_by("request_id", "plan_node__position", "pk")
+    )
+    by_request: dict[Any, list[MovementRequestNode]] = {pk: [] for pk in requests}
+    for node in nodes:
+        node.request = requests[node.request_id]
+        by_request[node.request_id].append(node)
+    by_pk = {node.pk: node for node in nodes}
+    return {
+        claim.node_id: Locked(requests[claim.request_id], node, by_request[claim.request_id])
+        for claim in claims
+        if (node := by_pk.get(claim.node_id)) is not None
+    }
+
+
+def _lease_problem(claim: Claim, locked: Locked | None, expected: tuple) -> str | None:
+    if locked is None:
+        return f"node {claim.node_id} is no longer the current attempt"
+    node = locked.node
+    if node.lease_owner != claim.owner or node.node_state not in expected:
+        return f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r}"
+    return None
+
+
+def node_facts(node: MovementRequestNode) -> NodeFacts:
+    return NodeFacts(
+        state=NodeState(node.node_state),
+        dispatch_count=node.dispatch_count,
+        external_ref=node.external_ref,
+        result=node.result,
+        lease_owner=node.lease_owner,
+        lease_expires_at=node.lease_expires_at,
+    )
+
+
+def write_outcome(locked: Locked, outcome: Outcome, actor: Actor, writer: RowWriter) -> None:
+    """Write ``outcome`` to the locked node (and what follows it: frontier, request state)."""
+    node = locked.node
+    for name, value in outcome.fields.items():
+        setattr(node, name, value)
+    if outcome.record is not None:
+        detail = dict(outcome.record)
+        record_event(request=locked.request, node=node, actor=actor, detail=detail, writer=writer)
+    if outcome.target is None:
+        save_fields(node, outcome.fields, writer=writer)
+    else:
+        set_node_state(
+            node=node,
+            new_state=outcome.target,
+            actor=actor,
+            detail=dict(outcome.detail),
+            update_fields=outcome.fields,
+            writer=writer,
+        )
+    if outcome.then is Then.ADVANCE:
+        advance_after_completion(locked.request, node, locked.nodes, actor=actor, writer=writer)
+    elif outcome.then is Then.DERIVE:
+        apply_request_state_from_nodes(locked.request, locked.nodes, actor=actor, writer=writer)
+
+
+def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | None:
+    claim = result.claim
+    timing = Timing.from_settings(settings, poll_seconds=claim.executor.poll_seconds)
+    outcome = decide(
+        result.phase,
+        node_facts(locked.node),
+        result.answer,
+        result.error,
+        now=timezone.now(),
+        timing=timing,
+    )
+    write_outcome(locked, outcome, worker_actor(claim.owner), writer)
+    return None if outcome.pending else outcome.target
+
+
+def apply_results(results: list[Result]) -> None:
+    """Apply ``results`` in one transaction (see above); late ones are kept as evidence."""
+    if not results:
+        return
+    late: list[tuple[Result, str]] = []
+    try:
+        with transaction.atomic(), interface.callbacks().read_once(), batch() as writes:
+            locked = _lock_claimed([result.claim for result in results])
+            for result in results:
+                target = locked.get(result.claim.node_id)
+                problem = _lease_problem(result.claim, target, STEP_STATES[result.phase])
+                if problem is not None:
+                    late.append((result, problem))
+                    continue
+                result.value = _apply(result, target, writes)
+                result.applied = True
+                result.claim.node = target.node
+    except Exception:
+        if len(results) == 1:
+            raise
+        logger.exception("applying a batch of %s results failed; applying one by one", len(results))
+        errors = []
+        for result in results:
+            result.applied, result.value = False, None
+            try:
+                apply_results([result])
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0] from None
+        return
+    for result, problem in late:
+        late_result(result.claim, result.phase, evidence(result.answer, result.error), problem)
+
+
+class Unwritten:
+    """Results a worker holds until it writes them, together, in one transaction: when its
+    batch is done, or sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
+    write, so a slow venue never leaves a known result unwritten for long."""
+
+    def __init__(self, results: list[Result] | None = None) -> None:
+        self.results = list(results or [])
+        self.seen = list(self.results)
+        self.written_at = time.monotonic()
+
+    def add(self, result: Result) -> None:
+        self.results.append(result)
+        self.seen.append(result)
+        if time.monotonic() - self.written_at >= settings.QTG_RESULT_WRITE_SECONDS:
+            self.write()
+
+    def write(self) -> None:
+        results, self.results = self.results, []
+        apply_results(results)
+        self.written_at = time.monotonic()
+
+
+def late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
+    """Keep the evidence of a result that came too late to be applied."""
+    with transaction.atomic():
+        request = MovementRequest.objects.select_for_update(no_key=True).get(pk=claim.request_id)
+        node = MovementRequestNode.objects.get(pk=claim.node_id)
+        node.request = request
+        record_event(
+            request=request,
+            node=node,
+            actor=worker_actor(claim.owner),
+            detail={"late_result": phase, "outcome": outcome, "reason": reason},
+        )
+    logger.warning("late %s result for node %s dropped: %s", phase, claim.node_id, reason)

@@ -1,0 +1,166 @@
+"""Running a claimed batch: the executor calls, one node after another, with no transaction
+open and no lock held, and their results written for the batch together (``results``).
+
+The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
+compare-and-set on its state and lease: one statement, which holds no other lock meanwhile.
+
+Exactly once: a signed payload is persisted in the same statement that moves the node to
+SUBMITTING, with the idempotency key persisted at claim already durable, and is re-used (never
+re-signed) by any later attempt or recovery. A worker that dies before its submit results are
+written leaves its nodes in SUBMITTING: their leases expire, and recovery asks the venue
+(``leases.reap_expired_leases``); they are never submitted again.
+"""
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from movements.executors.base import Submitted
+from movements.services.execution.claims import Claim, worker_actor
+from movements.services.execution.leases import LeaseKeeper, lease_until
+from movements.services.execution.results import Result, Unwritten, apply_results, late_result
+from movements.services.state import set_node_state
+from movements.states import NodeState
+from qtg.core.errors import StaleState
+
+NS = NodeState
+
+
+def _merge_result(node: Any, detail: dict[str, Any]) -> None:
+    if detail:
+        node.result = {**(node.result or {}), **detail}
+
+
+def _submit_now(
+    claim: Claim, signed_payload: str, expected: tuple, detail: dict[str, Any], phase: str
+) -> bool:
+    """Move the node to SUBMITTING right before its submit, with the signed bytes and the
+    idempotency key durable first. A compare-and-set on the node row (still ``expected``,
+    still our lease) rather than a lock: one statement, and no other node of the batch waits
+    in SUBMITTING meanwhile. False (the evidence kept) if the node is no longer ours."""
+    node = claim.node
+    if node.node_state not in expected:
+        late_result(claim, phase, {"detail": detail}, f"node {node.node_key} is {node.node_state}")
+        return False
+    node.signed_payload = signed_payload
+    node.lease_expires_at = lease_until()
+    _merge_result(node, detail)
+    try:
+        set_node_state(
+            node=node,
+            new_state=NS.SUBMITTING,
+            actor=worker_actor(claim.owner),
+            detail={**detail, "idempotency_key": node.idempotency_key},
+            update_fields=["signed_payload", "lease_expires_at", "result"],
+            only_if={"lease_owner": claim.owner},
+        )
+    except StaleState:
+        outcome = {"detail": detail, "signed": bool(signed_payload)}
+        late_result(claim, phase, outcome, f"node {node.node_key} changed or its lease was lost")
+        return False
+    return True
+
+
+def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
+    READY with backoff, UNKNOWN) for a batch of claimed action nodes, each executor call made
+    with no transaction open. Each step's results are written for the batch together, except
+    SUBMITTING, which each node enters alone right before its own submit (see
+    ``_submit_now``). Returns each node's state when this worker let go of it."""
+    outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
+    failures: list[Result] = []
+    to_sign: list[tuple[Claim, Result]] = []
+    ready: list[tuple[Claim, str, tuple, dict[str, Any], str]] = []
+    leases = LeaseKeeper(claims)
+    for claim in claims:
+        leases.tick()
+        try:
+            prepared = claim.executor.prepare(claim.context)
+        except Exception as exc:
+            failures.append(Result(claim, "prepare", error=exc))
+            continue
+        signed_payload = claim.context.signed_payload
+        if claim.signing_required and not signed_payload:
+            to_sign.append((claim, Result(claim, "prepare", answer=prepared)))
+        else:
+            detail = dict(prepared.detail)
+            if signed_payload:
+                detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
+            ready.append((claim, signed_payload, (NS.PREPARING,), detail, "prepare"))
+    apply_results([*failures, *(result for _, result in to_sign)])
+    finished = list(failures)
+
+    failures = []
+    for claim, awaiting in to_sign:
+        if not awaiting.applied:
+            continue
+        leases.tick()
+        try:
+            signed = claim.executor.sign(claim.context)
+        except Exception as exc:
+            failures.append(Result(claim, "sign", error=exc))
+            continue
+        ready.append((claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign"))
+
+    # Sign failures and submit results are written together. A worker that dies before they
+    # are leaves its submitted nodes in SUBMITTING: their leases expire, recovery asks the venue.
+    unwritten = Unwritten(failures)
+    for claim, signed_payload, expected, detail, phase in ready:
+        leases.tick()
+        if not _submit_now(claim, signed_payload, expected, detail, phase):
+            continue
+        ctx = replace(claim.context, signed_payload=signed_payload)
+        try:
+            submitted: Submitted | None = claim.executor.submit(ctx)
+            error: BaseException | None = None
+        except Exception as exc:
+            submitted, error = None, exc
+        unwritten.add(Result(claim, "submit", answer=submitted, error=error))
+    unwritten.write()
+    finished += unwritten.seen
+    for result in finished:
+        if result.applied:
+            outcome[result.claim.node_id] = result.value
+    return outcome
+
+
+def run_action(claim: Claim) -> NodeState | None:
+    """Run one claimed action node (see ``run_actions``)."""
+    return run_actions([claim])[claim.node_id]
+
+
+def _ask(method: str) -> Callable[[Claim], Result]:
+    def ask(claim: Claim) -> Result:
+        try:
+            return Result(claim, method, answer=getattr(claim.executor, method)(claim.context))
+        except Exception as exc:
+            return Result(claim, method, error=exc)
+
+    return ask
+
+
+def _ask_each_then_apply(
+    claims: list[Claim], ask: Callable[[Claim], Result]
+) -> dict[int, NodeState | None]:
+    """Ask the venue about each claimed node in turn (no transaction open) and write the
+    answers together (see ``results.Unwritten``). Returns each node's new state (None where
+    it did not move)."""
+    leases, unwritten = LeaseKeeper(claims), Unwritten()
+    for claim in claims:
+        leases.tick()
+        unwritten.add(ask(claim))
+    unwritten.write()
+    return {result.claim.node_id: result.value for result in unwritten.seen}
+
+
+def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """One observation of each claimed SUBMITTED/OBSERVING node: COMPLETED, FAILED, UNKNOWN
+    (ambiguous, or a reorg: recorded with its evidence first), or still pending (polled again
+    later). Returns each node's new state (None while still pending)."""
+    return _ask_each_then_apply(claims, _ask("observe"))
+
+
+def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
+    """Reconcile each claimed UNKNOWN node with its venue: SUBMITTED, COMPLETED or FAILED; any
+    error or an unanswerable question leaves the node UNKNOWN, to be asked again later."""
+    return _ask_each_then_apply(claims, _ask("recover"))

@@ -1,0 +1,88 @@
+"""The sweeps the periodic tasks run: claim due nodes a batch at a time and run each batch,
+until none is left or the sweep's limit ran. Any number of sweeps may run at once on any
+number of workers: each claims with SKIP LOCKED, so no node is processed by two at once."""
+
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from movements.models import MovementRequestNode, NodeKind
+from movements.services.execution.claims import (
+    DISPATCH_REQUEST_STATES,
+    WATCH_REQUEST_STATES,
+    Claim,
+    claim_observable_nodes,
+    claim_ready_nodes,
+    claim_unknown_nodes,
+    due,
+    lease_free,
+    worker_identity,
+)
+from movements.services.execution.runs import run_actions, run_observes, run_recovers
+from movements.states import NodeState
+
+NS = NodeState
+
+
+def _run_dispatched(claims: list[Claim]) -> None:
+    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE])
+    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE])
+
+
+def _sweep(claim_batch, run_batch, *, owner: str, limit: int, as_of: Any = None) -> int:
+    """Claim due nodes a batch at a time (``QTG_CLAIM_BATCH`` per claim transaction) and run
+    the batch, until none is left or ``limit`` ran. Only what was due when the sweep began
+    counts as due, so a node polled again right away is left for the next sweep."""
+    done, as_of = 0, as_of or timezone.now()
+    while done < limit:
+        claims = claim_batch(
+            owner=owner, as_of=as_of, limit=min(settings.QTG_CLAIM_BATCH, limit - done)
+        )
+        if not claims:
+            break
+        run_batch(claims)
+        done += len(claims)
+    return done
+
+
+def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
+    """Claim one READY node and run it as far as it goes now; False when none is due."""
+    return _sweep(claim_ready_nodes, _run_dispatched, owner=owner, limit=1, as_of=as_of) == 1
+
+
+def dispatch_ready_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Dispatch due READY nodes until none is left (or ``limit``); return how many."""
+    return _sweep(claim_ready_nodes, _run_dispatched, owner=owner or worker_identity(), limit=limit)
+
+
+def observe_submitted_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Observe due SUBMITTED/OBSERVING nodes once each (up to ``limit``); return how many."""
+    return _sweep(
+        claim_observable_nodes, run_observes, owner=owner or worker_identity(), limit=limit
+    )
+
+
+def recover_unknown_nodes(*, owner: str | None = None, limit: int = 100) -> int:
+    """Run recovery on due UNKNOWN nodes (up to ``limit``); return how many."""
+    return _sweep(claim_unknown_nodes, run_recovers, owner=owner or worker_identity(), limit=limit)
+
+
+SWEPT = {
+    "dispatch": ((NS.READY,), DISPATCH_REQUEST_STATES),
+    "observe": ((NS.SUBMITTED, NS.OBSERVING), WATCH_REQUEST_STATES),
+    "recover": ((NS.UNKNOWN,), WATCH_REQUEST_STATES),
+}
+
+
+def due_count(*, phase: str) -> int:
+    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
+    now = timezone.now()
+    states, request_states = SWEPT[phase]
+    return (
+        MovementRequestNode.objects.current()
+        .filter(node_state__in=states, request__request_state__in=request_states)
+        .filter(due(now), lease_free(now))
+        .exclude(kind=NodeKind.MANUAL_GATE)
+        .count()
+    )

@@ -1,0 +1,468 @@
+"""The rules that turn a venue's answer into a node transition (``execution.outcomes``): the
+error taxonomy as table cases, plus property-based tests over any answer, error and node. Pure:
+no database."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from movements.executors.base import (
+    AmbiguousError,
+    DeterministicError,
+    Observation,
+    ObservedStatus,
+    Prepared,
+    RecoveredOutcome,
+    Recovery,
+    Submitted,
+    TransientError,
+)
+from movements.services.execution.outcomes import (
+    REAPED,
+    STEP_STATES,
+    NodeFacts,
+    Then,
+    Timing,
+    backoff,
+    decide,
+    evidence,
+    lease_expired,
+)
+from movements.states import TERMINAL_NODE_STATES, NodeState, can_transition_node_state
+
+NS = NodeState
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+TIMING = Timing(
+    lease_seconds=60,
+    poll_seconds=5,
+    retry_base_seconds=2,
+    retry_max_seconds=300,
+    max_dispatches=10,
+)
+RELEASED = {"lease_owner": "", "lease_expires_at": None}
+
+
+def node(state, **facts) -> NodeFacts:
+    return NodeFacts(state=state, **facts)
+
+
+def observation(status, **kwargs) -> Observation:
+    return Observation(status=status, **kwargs)
+
+
+def obs(status: str) -> Observation:
+    return Observation(status=ObservedStatus[status])
+
+
+def rec(outcome: str, ref: str = "") -> Recovery:
+    return Recovery(RecoveredOutcome[outcome], ref)
+
+
+REFUSED, BUSY, LOST, BUG = (
+    DeterministicError("no"),
+    TransientError("busy"),
+    AmbiguousError("lost"),
+    RuntimeError("bug"),
+)
+ADVANCE, DERIVE = Then.ADVANCE, Then.DERIVE
+PREPARING, SIGNING, SUBMITTING = NS.PREPARING, NS.AWAITING_SIGNATURE, NS.SUBMITTING
+SUBMITTED, OBSERVING, UNKNOWN = NS.SUBMITTED, NS.OBSERVING, NS.UNKNOWN
+
+# name, phase, state, answer, error, target, then
+TABLE = [
+    ("prepare refused", "prepare", PREPARING, None, REFUSED, NS.FAILED, DERIVE),
+    ("prepare busy", "prepare", PREPARING, None, BUSY, NS.READY, None),
+    ("prepare crashed", "prepare", PREPARING, None, BUG, NS.READY, None),
+    ("prepare timed out", "prepare", PREPARING, None, LOST, NS.READY, None),
+    ("prepared to sign", "prepare", PREPARING, Prepared({"fee": 1}), None, SIGNING, None),
+    ("sign refused", "sign", SIGNING, None, REFUSED, NS.FAILED, DERIVE),
+    ("sign timed out", "sign", SIGNING, None, TimeoutError(), NS.READY, None),
+    ("submitted", "submit", SUBMITTING, Submitted("tx1"), None, SUBMITTED, None),
+    ("submit done", "submit", SUBMITTING, Submitted("w1", True), None, NS.COMPLETED, ADVANCE),
+    ("submit refused", "submit", SUBMITTING, None, REFUSED, NS.FAILED, DERIVE),
+    ("submit busy", "submit", SUBMITTING, None, BUSY, UNKNOWN, DERIVE),
+    ("submit timed out", "submit", SUBMITTING, None, TimeoutError(), UNKNOWN, DERIVE),
+    ("submit lost", "submit", SUBMITTING, None, LOST, UNKNOWN, DERIVE),
+    ("observed final", "observe", OBSERVING, obs("COMPLETED"), None, NS.COMPLETED, ADVANCE),
+    ("final at first look", "observe", SUBMITTED, obs("COMPLETED"), None, NS.COMPLETED, ADVANCE),
+    ("observed failed", "observe", OBSERVING, obs("FAILED"), None, NS.FAILED, DERIVE),
+    ("observed unsure", "observe", OBSERVING, obs("UNKNOWN"), None, UNKNOWN, DERIVE),
+    ("observed a reorg", "observe", OBSERVING, obs("REORG"), None, UNKNOWN, DERIVE),
+    ("first look, pending", "observe", SUBMITTED, obs("PENDING"), None, OBSERVING, None),
+    ("still pending", "observe", OBSERVING, obs("PENDING"), None, None, None),
+    ("observe busy", "observe", OBSERVING, None, BUSY, None, None),
+    ("observe refused", "observe", SUBMITTED, None, REFUSED, NS.FAILED, DERIVE),
+    ("observe crashed", "observe", OBSERVING, None, BUG, UNKNOWN, DERIVE),
+    ("recovered in flight", "recover", UNKNOWN, rec("SUBMITTED"), None, SUBMITTED, DERIVE),
+    ("recovered done", "recover", UNKNOWN, rec("COMPLETED", "w1"), None, NS.COMPLETED, ADVANCE),
+    ("recovered: never happened", "recover", UNKNOWN, rec("FAILED"), None, NS.FAILED, DERIVE),
+    ("recovery unanswered", "recover", UNKNOWN, rec("UNRESOLVED"), None, None, None),
+    ("recovery failed", "recover", UNKNOWN, None, BUSY, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("phase", "state", "answer", "error", "target", "then"),
+    [row[1:] for row in TABLE],
+    ids=[row[0] for row in TABLE],
+)
+def test_each_answer_maps_to_its_transition(phase, state, answer, error, target, then):
+    outcome = decide(phase, node(state, dispatch_count=1), answer, error, now=NOW, timing=TIMING)
+
+    assert outcome.target == target
+    assert outcome.then == then
+
+
+def test_a_transient_error_before_submit_retries_after_a_backoff():
+    facts = node(NS.PREPARING, dispatch_count=3)
+
+    outcome = decide("prepare", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
+
+    assert outcome.fields == {
+        **RELEASED,
+        "last_error": "TransientError: busy",
+        "next_attempt_at": NOW + timedelta(seconds=8),
+    }
+    assert outcome.detail == {
+        "phase": "prepare",
+        "error": "TransientError: busy",
+        "retry_at": (NOW + timedelta(seconds=8)).isoformat(),
+    }
+
+
+def test_a_node_out_of_dispatches_fails_instead_of_retrying():
+    facts = node(NS.AWAITING_SIGNATURE, dispatch_count=10)
+
+    outcome = decide("sign", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
+
+    assert outcome.target == NS.FAILED
+    assert outcome.detail["gave_up_after_dispatches"] == 10
+    assert "next_attempt_at" not in outcome.fields
+
+
+def test_a_preparation_to_sign_keeps_the_lease_and_extends_it():
+    prepared = Prepared({"nonce": 7})
+
+    outcome = decide(
+        "prepare", node(NS.PREPARING, result={"quote": 1}), prepared, None, now=NOW, timing=TIMING
+    )
+
+    assert outcome.fields == {
+        "result": {"quote": 1, "nonce": 7},
+        "lease_expires_at": NOW + timedelta(seconds=60),
+    }
+    assert outcome.detail == {"nonce": 7}
+
+
+def test_a_signed_payload_is_never_a_result_of_its_own():
+    with pytest.raises(ValueError, match="no transition"):
+        decide("sign", node(NS.AWAITING_SIGNATURE), Prepared(), None, now=NOW, timing=TIMING)
+
+
+def test_an_accepted_submit_is_observed_after_the_poll_interval():
+    answer = Submitted("tx-9", detail={"fee": "0.1"})
+
+    outcome = decide("submit", node(NS.SUBMITTING), answer, None, now=NOW, timing=TIMING)
+
+    assert outcome.fields == {
+        **RELEASED,
+        "next_attempt_at": NOW + timedelta(seconds=5),
+        "external_ref": "tx-9",
+        "result": {"fee": "0.1"},
+    }
+    assert outcome.detail == {"external_ref": "tx-9", "fee": "0.1"}
+
+
+def test_an_ambiguous_submit_is_recovered_at_once_and_says_it_is_ambiguous():
+    error = AmbiguousError("lost", evidence={"sent": True})
+
+    outcome = decide("submit", node(NS.SUBMITTING), None, error, now=NOW, timing=TIMING)
+
+    assert outcome.fields == {
+        **RELEASED,
+        "last_error": "AmbiguousError: lost",
+        "next_attempt_at": NOW,
+    }
+    assert outcome.detail == {
+        "phase": "submit",
+        "ambiguous": True,
+        "error": "AmbiguousError: lost",
+        "evidence": {"sent": True},
+    }
+
+
+def test_a_reorg_is_recorded_with_its_evidence_before_the_node_goes_unknown():
+    answer = observation(ObservedStatus.REORG, detail={"tx_hash": "0xab", "reorg_count": 1})
+
+    outcome = decide("observe", node(NS.OBSERVING), answer, None, now=NOW, timing=TIMING)
+
+    assert outcome.record == {"reorg": {"tx_hash": "0xab", "reorg_count": 1}}
+    assert outcome.detail == {"observed": "REORG", "tx_hash": "0xab", "reorg_count": 1}
+    assert outcome.fields["next_attempt_at"] == NOW
+
+
+def test_an_observation_never_replaces_a_known_external_ref():
+    answer = observation(ObservedStatus.COMPLETED, external_ref="other")
+
+    known = node(NS.OBSERVING, external_ref="tx-1")
+
+    kept = decide("observe", known, answer, None, now=NOW, timing=TIMING)
+    learned = decide("observe", node(NS.OBSERVING), answer, None, now=NOW, timing=TIMING)
+
+    assert kept.fields["external_ref"] == "tx-1"
+    assert learned.fields["external_ref"] == "other"
+
+
+def test_a_pending_first_look_moves_to_observing_and_is_reported_as_no_new_state():
+    answer = observation(ObservedStatus.PENDING, detail={"confirmations": 1})
+
+    outcome = decide("observe", node(NS.SUBMITTED), answer, None, now=NOW, timing=TIMING)
+
+    assert (outcome.target, outcome.pending) == (NS.OBSERVING, True)
+    assert outcome.detail == {"confirmations": 1}
+    assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=5)
+
+
+def test_a_transient_observe_error_polls_again_after_a_backoff_of_at_least_one_dispatch():
+    facts = node(NS.OBSERVING, dispatch_count=0)
+
+    outcome = decide("observe", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
+
+    assert outcome.target is None
+    assert outcome.fields == {
+        **RELEASED,
+        "last_error": "TransientError: busy",
+        "next_attempt_at": NOW + timedelta(seconds=2),
+    }
+
+
+def test_an_unanswered_recovery_counts_a_dispatch_and_backs_off():
+    facts = node(NS.UNKNOWN, dispatch_count=2)
+
+    outcome = decide("recover", facts, None, RuntimeError("down"), now=NOW, timing=TIMING)
+
+    assert outcome.fields == {
+        **RELEASED,
+        "next_attempt_at": NOW + timedelta(seconds=8),
+        "dispatch_count": 3,
+        "last_error": "RuntimeError: down",
+    }
+
+
+def test_a_recovered_submit_is_observed_at_once_with_the_reference_found():
+    answer = Recovery(RecoveredOutcome.SUBMITTED, "tx-7", {"found": True})
+
+    facts = node(NS.UNKNOWN, external_ref="old")
+
+    outcome = decide("recover", facts, answer, None, now=NOW, timing=TIMING)
+
+    assert outcome.fields == {
+        **RELEASED,
+        "next_attempt_at": NOW,
+        "external_ref": "tx-7",
+        "result": {"found": True},
+    }
+    assert outcome.detail == {"resolution": "recovery", "found": True}
+
+
+@pytest.mark.parametrize(
+    ("state", "target", "retry_in"),
+    [(PREPARING, NS.READY, 4), (SIGNING, NS.READY, 4), (SUBMITTING, UNKNOWN, 0)],
+)
+def test_an_expired_lease_sends_the_node_where_its_money_may_be(state, target, retry_in):
+    expired = NOW - timedelta(seconds=1)
+    facts = node(state, dispatch_count=2, lease_owner="w1", lease_expires_at=expired)
+
+    outcome = lease_expired(facts, now=NOW, timing=TIMING)
+
+    assert outcome.target == target
+    assert outcome.then == (Then.DERIVE if target == NS.UNKNOWN else None)
+    assert outcome.fields == {**RELEASED, "next_attempt_at": NOW + timedelta(seconds=retry_in)}
+    assert outcome.detail == {
+        "reason": "lease expired",
+        "lease_owner": "w1",
+        "lease_expired_at": expired.isoformat(),
+    }
+
+
+def test_late_evidence_keeps_what_the_venue_said():
+    assert evidence(Prepared({"a": 1}), None) == {"prepared": {"a": 1}}
+    assert evidence(Submitted("tx", detail={"a": 1}), None) == {"external_ref": "tx", "a": 1}
+    assert evidence(observation(ObservedStatus.PENDING), None) == {"status": "PENDING"}
+    assert evidence(Recovery(RecoveredOutcome.FAILED), None) == {"outcome": "FAILED"}
+    assert evidence(None, DeterministicError("no", evidence={"code": 4})) == {
+        "error": "DeterministicError: no",
+        "evidence": {"code": 4},
+    }
+
+
+# --- properties -------------------------------------------------------------------------------
+
+details = st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=3)
+ERRORS = [DeterministicError, TransientError, AmbiguousError, RuntimeError, TimeoutError]
+errors = st.builds(
+    lambda cls, message: cls(message), st.sampled_from(ERRORS), st.text(max_size=3000)
+)
+refs = st.text(max_size=6)
+ANSWERS = {
+    "prepare": st.builds(Prepared, details),
+    "sign": st.nothing(),
+    "submit": st.builds(Submitted, refs, st.booleans(), details),
+    "observe": st.builds(Observation, st.sampled_from(list(ObservedStatus)), refs, details),
+    "recover": st.builds(Recovery, st.sampled_from(list(RecoveredOutcome)), refs, details),
+}
+timings = st.builds(
+    Timing,
+    lease_seconds=st.floats(1, 3600),
+    poll_seconds=st.floats(0, 600),
+    retry_base_seconds=st.floats(0, 60),
+    retry_max_seconds=st.floats(0, 3600),
+    max_dispatches=st.integers(1, 20),
+)
+nows = st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC))
+
+
+@st.composite
+def steps(draw):
+    """Any step a worker applies: a phase, a node in a state that step applies to, and what the
+    venue answered or raised."""
+    phase = draw(st.sampled_from(list(STEP_STATES)))
+    facts = NodeFacts(
+        state=draw(st.sampled_from(STEP_STATES[phase])),
+        dispatch_count=draw(st.integers(0, 5000)),
+        external_ref=draw(refs),
+        result=draw(details),
+    )
+    answer = draw(st.none() | ANSWERS[phase])
+    error = draw(errors) if answer is None else None
+    return phase, facts, answer, error
+
+
+@given(steps(), nows, timings)
+def test_every_outcome_is_an_edge_of_the_node_table_from_the_state_it_applies_to(step, now, timing):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    assert outcome.target is None or can_transition_node_state(facts.state, outcome.target)
+    assert "node_state" not in outcome.fields and "state_changed_at" not in outcome.fields
+
+
+@given(steps(), nows, timings)
+def test_nothing_that_may_have_left_the_building_goes_back_to_ready(step, now, timing):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    if phase in ("submit", "observe", "recover"):
+        assert outcome.target != NS.READY
+
+
+@given(steps(), nows, timings)
+def test_before_submit_nothing_is_ever_unknown_and_a_refusal_always_fails(step, now, timing):
+    phase, facts, answer, error = step
+    if phase not in ("prepare", "sign"):
+        return
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    assert outcome.target != NS.UNKNOWN
+    if isinstance(error, DeterministicError):
+        assert outcome.target == NS.FAILED
+    elif error is not None:
+        give_up = facts.dispatch_count >= timing.max_dispatches
+        assert outcome.target == (NS.FAILED if give_up else NS.READY)
+
+
+@given(steps(), nows, timings)
+def test_an_error_during_submit_fails_only_when_deterministic_and_is_unknown_otherwise(
+    step, now, timing
+):
+    phase, facts, answer, error = step
+    if phase != "submit" or error is None:
+        return
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    expected = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
+    assert outcome.target == expected
+    assert outcome.detail["ambiguous"] is (expected == NS.UNKNOWN)
+
+
+@given(steps(), nows, timings)
+def test_a_worker_lets_go_of_the_lease_unless_it_signs_next(step, now, timing):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    if outcome.target == NS.AWAITING_SIGNATURE:
+        assert "lease_owner" not in outcome.fields
+        assert outcome.fields["lease_expires_at"] == now + timedelta(seconds=timing.lease_seconds)
+    else:
+        assert outcome.fields["lease_owner"] == ""
+        assert outcome.fields["lease_expires_at"] is None
+
+
+@given(steps(), nows, timings)
+def test_a_settled_node_is_always_followed_by_the_request_and_only_completion_advances(
+    step, now, timing
+):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    if outcome.target in TERMINAL_NODE_STATES or outcome.target == NS.UNKNOWN:
+        assert outcome.then is not None
+    assert (outcome.then is Then.ADVANCE) == (outcome.target == NS.COMPLETED)
+    if outcome.pending:
+        assert outcome.target in (None, NS.OBSERVING)
+
+
+@given(steps(), nows, timings)
+def test_the_next_attempt_is_never_in_the_past_nor_beyond_the_longest_wait(step, now, timing):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    retry_at = outcome.fields.get("next_attempt_at")
+    if retry_at is not None:
+        longest = max(timing.retry_max_seconds, timing.poll_seconds)
+        assert now <= retry_at <= now + timedelta(seconds=longest)
+    assert len(outcome.fields.get("last_error", "")) <= 2000
+
+
+@given(steps(), nows, timings)
+def test_a_reorg_and_only_a_reorg_is_recorded_as_evidence_of_its_own(step, now, timing):
+    phase, facts, answer, error = step
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    reorg = isinstance(answer, Observation) and answer.status == ObservedStatus.REORG
+    assert (outcome.record is not None) == reorg
+    if reorg:
+        assert outcome.record == {"reorg": answer.detail}
+
+
+@given(
+    st.sampled_from(list(REAPED)),
+    st.integers(0, 5000),
+    nows,
+    timings,
+)
+def test_an_expired_lease_is_an_edge_and_never_sends_a_submit_back_to_ready(
+    state, dispatches, now, timing
+):
+    facts = NodeFacts(state=state, dispatch_count=dispatches, lease_expires_at=now)
+
+    outcome = lease_expired(facts, now=now, timing=timing)
+
+    assert can_transition_node_state(state, outcome.target)
+    assert outcome.target == (NS.UNKNOWN if state == NS.SUBMITTING else NS.READY)
+
+
+@given(st.integers(0, 100_000), timings)
+def test_backoff_grows_with_each_dispatch_and_stays_under_its_cap(count, timing):
+    assert backoff(count, timing) <= backoff(count + 1, timing)
+    assert backoff(count, timing) <= timedelta(seconds=timing.retry_max_seconds)
