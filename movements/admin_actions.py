@@ -52,6 +52,16 @@ class ReasonForm(ActionForm):
     )
 
 
+class CancelForm(ReasonForm):
+    acknowledge_funds_in_transit = forms.BooleanField(
+        required=False,
+        label="I understand the funds in transit are no longer watched",
+        help_text="Needed once a step that moves money has completed (supervisors only): the "
+        "movement ends CANCELLED, nobody watches the funds that left, and the reservation stays "
+        "HELD until someone settles it.",
+    )
+
+
 class NodeReasonForm(ReasonForm):
     node_key = forms.ChoiceField(label="Node")
     field_order = ["node_key", "reason"]
@@ -73,7 +83,14 @@ class ResolveUnknownForm(ActionForm):
         choices=[(str(s), str(s)) for s in UNKNOWN_OUTCOMES],
         widget=forms.RadioSelect,
         help_text="SUBMITTED: it happened, keep observing. COMPLETED: it happened and settled. "
-        "FAILED: it did not happen.",
+        "FAILED: it did not happen. Each node lists what it can be resolved as.",
+    )
+    external_ref = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Venue reference",
+        help_text="The withdrawal id or transaction hash, when the node says it needs one: the "
+        "steps after it look the money up by it.",
     )
     evidence = forms.CharField(
         max_length=4000,
@@ -124,8 +141,16 @@ class MovementAction:
                 for n in situation.nodes
                 if self.refusal(replace(situation, node_key=n.node_key)) is None
             ]
-        choices = [(n.node_key, f"{n.node_key} ({n.node_state})") for n in candidates]
+        choices = [(n.node_key, self.node_label(n)) for n in candidates]
         return self.form_class(data, node_choices=choices)
+
+    def node_label(self, node: MovementRequestNode) -> str:
+        if self.name != Action.RESOLVE_UNKNOWN or node.node_state != "UNKNOWN":
+            return f"{node.node_key} ({node.node_state})"
+        outcomes = " or ".join(policies.resolvable_outcomes(node))
+        needed = policies.external_ref_needed(node, "COMPLETED")
+        needs = f"; COMPLETED needs its {needed}" if needed else ""
+        return f"{node.node_key} (UNKNOWN: {outcomes}{needs})"
 
     def run(self, *, movement: MovementRequest, user: Any, data: dict[str, Any]) -> MovementRequest:
         return self.perform(request=movement.pk, actor=Actor.for_user(user), **data)
@@ -172,7 +197,7 @@ ACTIONS: dict[str, MovementAction] = {
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
             perform=movement_cancel,
-            form_class=ReasonForm,
+            form_class=CancelForm,
             dangerous=True,
         ),
         MovementAction(

@@ -9,7 +9,7 @@ create the same groups.
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from movements.policies import PERMISSIONS, Action
+from movements.policies import CANCEL_IN_TRANSIT_PERMISSION, PERMISSIONS, Action
 
 OPERATORS = "operators"
 SUPERVISORS = "supervisors"
@@ -34,6 +34,8 @@ SUPERVISOR_PERMISSIONS = (
     *OPERATOR_PERMISSIONS,
     # The ways out of trouble: UNKNOWN nodes and MANUAL_INTERVENTION.
     *(PERMISSIONS[a] for a in Action if a not in OPERATOR_ACTIONS),
+    # Cancelling once funds are in transit stops watching them.
+    CANCEL_IN_TRANSIT_PERMISSION,
     "callbacks.redeliver_delivery",
     "reservations.settle_reservation",
 )

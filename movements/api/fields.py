@@ -109,6 +109,17 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean (not "true", 1 or "yes")."""
+
+    default_error_messages = {"invalid": "Must be a JSON boolean."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class JSONObjectField(serializers.DictField):
     """A JSON object of any values that can be stored as they are."""
 

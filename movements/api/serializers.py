@@ -18,6 +18,7 @@ from movements.api.fields import (
     NOT_BLANK_PATTERN,
     VENUE_PATTERN,
     JSONObjectField,
+    StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
 )
@@ -83,6 +84,16 @@ class ReasonInputSerializer(serializers.Serializer):
         pattern=NOT_BLANK_PATTERN,
         max_length=MAX_REASON_LENGTH,
         help_text="Why (not blank); recorded in the audit trail.",
+    )
+
+
+class CancelInputSerializer(ReasonInputSerializer):
+    acknowledge_funds_in_transit = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Required (true) once a side effect completed: cancelling then stops "
+        "watching the funds in transit and keeps the reservation HELD. Without it such a "
+        "cancel is a 409 with code acknowledgement_required.",
     )
 
 

@@ -32,6 +32,7 @@ from movements.api.selectors import (
     route_templates_current,
 )
 from movements.api.serializers import (
+    CancelInputSerializer,
     ErrorSerializer,
     MovementCreateInputSerializer,
     MovementEventSerializer,
@@ -252,16 +253,20 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
         return Response(self._read(movement.pk))
 
     @extend_schema(
-        summary="Cancel (refused while money may be in flight)",
-        request=ReasonInputSerializer,
+        summary="Cancel (refused while money may be in flight; after a completed side effect "
+        "only with acknowledge_funds_in_transit)",
+        request=CancelInputSerializer,
         parameters=[MOVEMENT_ID],
         responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        reason = self._input(ReasonInputSerializer, request)["reason"]
+        data = self._input(CancelInputSerializer, request)
         movement = movement_cancel(
-            request=movement_id(pk), actor=Actor.for_user(request.user), reason=reason
+            request=movement_id(pk),
+            actor=Actor.for_user(request.user),
+            reason=data["reason"],
+            acknowledge_funds_in_transit=data["acknowledge_funds_in_transit"],
         )
         return Response(self._read(movement.pk))
 

@@ -238,7 +238,7 @@ def test_resolve_offers_only_unknown_nodes_and_retry_only_failed_ones(
     retry = client.get(action_url(intervention_failed(), "intervention_retry"))
 
     assert resolve.context["form"].fields["node_key"].choices == [
-        ("withdraw_observe", "withdraw_observe (UNKNOWN)")
+        ("withdraw_observe", "withdraw_observe (UNKNOWN: SUBMITTED or COMPLETED or FAILED)")
     ]
     assert retry.context["form"].fields["node_key"].choices == [
         ("withdraw_observe", "withdraw_observe (FAILED)")

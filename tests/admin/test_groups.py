@@ -43,6 +43,8 @@ def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(d
         "movements.retry_node",
         "movements.force_complete_movement",
         "movements.force_fail_movement",
+        "movements.handle_attention",
+        "movements.cancel_in_transit",
         "callbacks.redeliver_delivery",
         "reservations.settle_reservation",
     }

@@ -24,7 +24,7 @@ INPUT = {
     "approve": {},
     "reject": {"reason": "r"},
     "resume_gate": {"note": ""},
-    "cancel": {"reason": "r"},
+    "cancel": {"reason": "r", "acknowledge_funds_in_transit": True},
     "resolve_unknown": {"outcome": "SUBMITTED", "evidence": "seen on chain"},
     "intervention_resume": {"reason": "r"},
     "intervention_retry": {"reason": "r"},

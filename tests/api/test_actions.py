@@ -182,14 +182,40 @@ def executing(created, approver_client) -> dict:
     return approver_client.get(movement_url(created["id"])).json()
 
 
-def test_cancelling_an_executing_movement_with_nothing_in_flight(executing, approver_client):
-    assert executing["request_state"] == "EXECUTING"
-
+def test_cancelling_after_the_withdrawal_needs_the_acknowledgement(executing, approver_client):
+    # The withdrawal completed: the funds are in transit.
     response = post_json(
         approver_client, movement_url(executing["id"], "cancel"), {"reason": "changed my mind"}
     )
 
+    body = assert_error(response, 409)
+    assert body["code"] == "acknowledgement_required"
+    assert body["details"]["completed_side_effects"] == ["withdraw"]
+    movement = MovementRequest.objects.get(pk=executing["id"])
+    assert movement.request_state == "EXECUTING"
+
+
+def test_the_acknowledgement_must_be_a_json_boolean(executing, approver_client):
+    response = post_json(
+        approver_client,
+        movement_url(executing["id"], "cancel"),
+        {"reason": "x", "acknowledge_funds_in_transit": "true"},
+    )
+
+    assert_error(response, 400)
+
+
+def test_cancelling_an_executing_movement_with_nothing_in_flight(executing, approver_client):
+    assert executing["request_state"] == "EXECUTING"
+
+    response = post_json(
+        approver_client,
+        movement_url(executing["id"], "cancel"),
+        {"reason": "changed my mind", "acknowledge_funds_in_transit": True},
+    )
+
     assert response.status_code == 200
+    assert MovementRequest.objects.get(pk=executing["id"]).reservation.state == "HELD"
     body = response.json()
     assert body["request_state"] == "CANCELLED"
     states = {node["node_key"]: node["node_state"] for node in body["nodes"]}
@@ -202,7 +228,9 @@ def test_cancelling_an_executing_movement_with_nothing_in_flight(executing, appr
 
 def test_cancelling_at_a_manual_gate(waiting_at_gate, approver_client):
     response = post_json(
-        approver_client, movement_url(waiting_at_gate["id"], "cancel"), {"reason": "no"}
+        approver_client,
+        movement_url(waiting_at_gate["id"], "cancel"),
+        {"reason": "no", "acknowledge_funds_in_transit": True},
     )
 
     assert response.status_code == 200

@@ -293,15 +293,42 @@ def test_an_unknown_withdraw_resolved_as_completed_moves_on(make_movement, opera
         node_key="withdraw",
         outcome="COMPLETED",
         evidence={"txid": "0xabc"},
+        external_ref="wd-42",
         actor=Actor.for_user(operator),
     )
 
     request.refresh_from_db()
     assert states(request)["withdraw"] == NS.COMPLETED
+    assert node(request, "withdraw").external_ref == "wd-42"  # what the observer asks about
     assert request.current_frontier == ["withdraw_observe"]
     resolution = node(request, "withdraw").events.last()
     assert resolution.detail["evidence"] == {"txid": "0xabc"}
     assert resolution.actor_id == str(operator.pk)
+
+
+def test_an_unknown_withdraw_is_resolved_only_as_what_its_executor_continues_from(
+    make_movement, operator
+):
+    request = make_movement("cex_to_cex", approve=True)
+    request = run_node(request, "withdraw", NS.UNKNOWN)
+    actor = Actor.for_user(operator)
+
+    # An exchange withdrawal is not watched after its submit: SUBMITTED would go nowhere.
+    with pytest.raises(InvalidInput, match="COMPLETED, FAILED only"):
+        node_resolve_unknown(
+            request=request,
+            node_key="withdraw",
+            outcome="SUBMITTED",
+            evidence="venue ticket 9",
+            external_ref="wd-42",
+            actor=actor,
+        )
+    # The observer after it looks the withdrawal up by its id.
+    with pytest.raises(InvalidInput, match="needs its withdrawal id"):
+        node_resolve_unknown(
+            request=request, node_key="withdraw", outcome="COMPLETED", evidence="x", actor=actor
+        )
+    assert states(request)["withdraw"] == NS.UNKNOWN
 
 
 def test_resolving_needs_evidence_and_an_unknown_node(make_movement, operator):

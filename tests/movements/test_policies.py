@@ -71,6 +71,7 @@ class N:
     node_key: str
     node_state: str
     kind: str = NodeKind.ACTION
+    has_side_effect: bool = False
 
 
 @dataclass

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -28,6 +29,7 @@ from movements.selectors import current_nodes as current_nodes_after
 from movements.services import (
     advance_after_completion,
     execution,
+    intervention_resume,
     movement_cancel,
     record_event,
     save_fields,
@@ -47,6 +49,7 @@ from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import StaleState
 from reservations.models import Reservation
+from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -293,6 +296,13 @@ def lane(make_movement) -> list[Any]:
         execution.claim_observable_nodes(owner="w1", as_of=later, limit=10),
         execution.run_observes,
         observe=lambda ctx: Observation(ObservedStatus.COMPLETED, "tx-1", {"blocks": 12}),
+    )
+    # Recovery settled the reorged node, but MANUAL_INTERVENTION is left only by an operator.
+    operator = User.objects.filter(username="lane-operator").first() or make_user(
+        "lane-operator", *ALL_MOVEMENT_PERMS
+    )
+    intervention_resume(
+        request=request, actor=Actor.for_user(operator), reason="the transfer is final"
     )
     deposit = execution.claim_ready_nodes(owner="w1", limit=10)
     with pytest.raises(StaleState):

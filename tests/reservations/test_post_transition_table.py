@@ -140,7 +140,12 @@ SCENARIOS = [
     (
         "cancelled after a side effect completed",
         lambda w: w.waiting_at_gate(),
-        lambda w, r: movement_cancel(request=r, actor=w.operator, reason="destination closed"),
+        lambda w, r: movement_cancel(
+            request=r,
+            actor=w.operator,
+            reason="destination closed",
+            acknowledge_funds_in_transit=True,
+        ),
         RequestState.CANCELLED,
         HELD,
         ["request_cancelled"],
