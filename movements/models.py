@@ -320,6 +320,8 @@ class MovementEvent(AppendOnlyModel):
 class AttentionReason(models.TextChoices):
     STUCK = "stuck", "Stuck longer than expected"
     LATE_RESULT = "late_result", "A late result contradicts a concluded outcome"
+    RECOVERY_BLOCKED = "recovery_blocked", "Recovery cannot ask the venue"
+    NO_EXECUTOR = "no_executor", "No executor serves this node"
 
 
 class MovementAttention(models.Model):

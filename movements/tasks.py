@@ -12,6 +12,7 @@ from celery import shared_task
 from django.conf import settings
 
 from movements.services import execution
+from movements.services.attention import detect_stuck_nodes
 from movements.services.lifecycle import expire_overdue_approvals
 from qtg.core.actors import Actor
 
@@ -54,6 +55,12 @@ def recover_unknown(fanout: bool = True) -> int:
 def reap_leases() -> int:
     """Expired leases: PREPARING/AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN."""
     return execution.reap_expired_leases(actor=Actor.system("lease-reaper"))
+
+
+@shared_task(name="movements.detect_stuck", ignore_result=True, **TIME_LIMITS)
+def detect_stuck() -> int:
+    """Nodes waiting on a venue longer than expected: their movements need attention."""
+    return detect_stuck_nodes(actor=Actor.system("stuck-detector"))
 
 
 @shared_task(name="movements.expire_approvals", ignore_result=True, **TIME_LIMITS)

@@ -193,6 +193,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(os.environ.get("QTG_EXPIRE_APPROVALS_SECONDS", "30")),
     },
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},
+    "detect-stuck-nodes": {"task": "movements.detect_stuck", "schedule": QTG_TICK_SECONDS * 15},
 }
 
 # --- Execution (movements/services/execution/) -----------------------------------------------

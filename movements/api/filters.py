@@ -7,6 +7,7 @@ from django_filters import rest_framework as filters
 from django_filters.fields import IsoDateTimeField
 
 from movements.models import MovementRequest
+from movements.services.attention import needing_attention_q
 from movements.states import RequestState
 
 
@@ -38,7 +39,7 @@ class StrictFilterForm(forms.Form):
     """A filter given with an empty value is refused: HTML forms send empty fields, API
     clients that send ``?created_after=`` have a bug worth hearing about."""
 
-    NOT_EMPTY = ("request_state", "created_after", "created_before")
+    NOT_EMPTY = ("request_state", "created_after", "created_before", "needs_attention")
 
     def clean(self):
         cleaned = super().clean()
@@ -58,11 +59,29 @@ class MovementFilter(filters.FilterSet):
     created_before = UTCDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
+    needs_attention = filters.ChoiceFilter(
+        choices=[("true", "true"), ("false", "false")],
+        method="filter_needs_attention",
+        help_text="true: only movements with an open, unsnoozed attention entry; false: none.",
+    )
 
     class Meta:
         model = MovementRequest
         form = StrictFilterForm
-        fields = ["request_state", "template", "asset", "created_after", "created_before"]
+        fields = [
+            "request_state",
+            "template",
+            "asset",
+            "created_after",
+            "created_before",
+            "needs_attention",
+        ]
+
+    def filter_needs_attention(self, queryset, name, value):
+        wanted = MovementRequest.objects.filter(needing_attention_q()).values("pk")
+        return (
+            queryset.filter(pk__in=wanted) if value == "true" else queryset.exclude(pk__in=wanted)
+        )
 
     def filter_asset(self, queryset, name, value):
         # Assets are stored upper-case (the create service normalises them).

@@ -2,7 +2,12 @@
 
 from django.db.models import Prefetch, QuerySet
 
-from movements.models import MovementRequest, MovementRequestNode, RouteTemplate
+from movements.models import (
+    MovementAttention,
+    MovementRequest,
+    MovementRequestNode,
+    RouteTemplate,
+)
 from movements.services.templates import route_templates_ensure_loaded
 
 VIEW_ALL_PERMISSIONS = ("movements.view_movementrequest", "movements.change_movementrequest")
@@ -24,7 +29,14 @@ def movements_with_details() -> QuerySet[MovementRequest]:
             "nodes",
             queryset=MovementRequestNode.objects.current().order_by("plan_node__position", "pk"),
             to_attr="current_nodes_list",
-        )
+        ),
+        Prefetch(
+            "attentions",
+            queryset=MovementAttention.objects.filter(resolved_at__isnull=True).order_by(
+                "since", "pk"
+            ),
+            to_attr="open_attentions_list",
+        ),
     )
     return qs.select_related("reservation")
 

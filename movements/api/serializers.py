@@ -7,6 +7,7 @@ fields describe the stored rows. Amounts are decimal strings both ways, never JS
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -23,7 +24,13 @@ from movements.api.fields import (
     StrictIntegerField,
 )
 from movements.api.selectors import route_templates_current
-from movements.models import MovementEvent, MovementRequest, MovementRequestNode, NodeKind
+from movements.models import (
+    AttentionReason,
+    MovementEvent,
+    MovementRequest,
+    MovementRequestNode,
+    NodeKind,
+)
 from movements.selectors import current_nodes
 from movements.states import RequestState
 from qtg.core.money import format_amount
@@ -178,6 +185,13 @@ class MovementNodeSerializer(serializers.ModelSerializer):
         return node.external_ref or None
 
 
+class AttentionSerializer(serializers.Serializer):
+    node_key = serializers.CharField(help_text="The node concerned ('' for the movement).")
+    reason = serializers.ChoiceField(choices=[r.value for r in AttentionReason])
+    since = serializers.DateTimeField(help_text="When the condition began.")
+    message = serializers.CharField()
+
+
 class MovementSerializer(serializers.ModelSerializer):
     template = serializers.CharField(source="template_key")
     amount = serializers.SerializerMethodField()
@@ -189,6 +203,7 @@ class MovementSerializer(serializers.ModelSerializer):
     approved_by = serializers.SerializerMethodField()
     reservation = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
+    attention = serializers.SerializerMethodField()
 
     class Meta:
         model = MovementRequest
@@ -212,7 +227,20 @@ class MovementSerializer(serializers.ModelSerializer):
             "failure_reason",
             "reservation",
             "nodes",
+            "attention",
         ]
+
+    @extend_schema_field(AttentionSerializer(many=True))
+    def get_attention(self, movement: MovementRequest) -> list[dict[str, Any]]:
+        """What needs a person now (open, not snoozed): a node waiting longer than its
+        venue should take, a late answer contradicting a conclusion, ..."""
+        entries = getattr(movement, "open_attentions_list", None)
+        if entries is None:
+            entries = movement.attentions.filter(resolved_at__isnull=True)
+        now = timezone.now()
+        return AttentionSerializer(
+            [entry for entry in entries if entry.needs_someone(now)], many=True
+        ).data
 
     @extend_schema_field(OpenApiTypes.STR)
     def get_amount(self, movement: MovementRequest) -> str:

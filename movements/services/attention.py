@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Exists, Max, OuterRef, Q
 from django.utils import timezone
 
 from movements import interface
@@ -57,8 +57,12 @@ def needing_attention_q(now: datetime | None = None) -> Q:
     """Movements with at least one entry that needs someone now (for list filters)."""
     now = now or timezone.now()
     return Q(
-        attentions__resolved_at__isnull=True,
-    ) & (Q(attentions__snoozed_until__isnull=True) | Q(attentions__snoozed_until__lte=now))
+        Exists(
+            MovementAttention.objects.filter(
+                request_id=OuterRef("pk"), resolved_at__isnull=True
+            ).filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        )
+    )
 
 
 def stuck_after(executor: str) -> timedelta:
@@ -80,6 +84,7 @@ def attention_raise(
     since: datetime,
     actor: Actor,
     evidence: dict[str, Any] | None = None,
+    writer: Any = None,
 ) -> MovementAttention | None:
     """Raise an entry unless one is already open for this node and reason (snoozed or not):
     then nothing is written and None is returned. The caller holds the request's lock."""
@@ -100,7 +105,13 @@ def attention_raise(
         since=since,
     )
     detail = {"attention": reason, "message": message, "since": since.isoformat()}
-    record_event(request=request, node=node, actor=actor, detail={**detail, **(evidence or {})})
+    record_event(
+        request=request,
+        node=node,
+        actor=actor,
+        detail={**detail, **(evidence or {})},
+        writer=writer,
+    )
     interface.callbacks().enqueue(
         request=request,
         event_type="request_attention",

@@ -64,6 +64,7 @@ def test_the_periodic_task_names_are_pinned():
         "movements.recover_unknown",
         "movements.reap_leases",
         "movements.expire_approvals",
+        "movements.detect_stuck",
     ):
         assert name in app.tasks, name
 

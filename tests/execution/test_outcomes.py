@@ -2,6 +2,7 @@
 error taxonomy as table cases, plus property-based tests over any answer, error and node. Pure:
 no database."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -26,6 +27,7 @@ from movements.services.execution.outcomes import (
     Then,
     Timing,
     backoff,
+    contradicts_failure,
     decide,
     evidence,
     lease_expired,
@@ -225,7 +227,7 @@ def test_a_pending_first_look_moves_to_observing_and_is_reported_as_no_new_state
     assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=5)
 
 
-def test_a_transient_observe_error_polls_again_after_a_backoff_of_at_least_one_dispatch():
+def test_a_transient_observe_error_polls_again_after_a_backoff_and_counts_the_streak():
     facts = node(NS.OBSERVING, dispatch_count=0)
 
     outcome = decide("observe", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
@@ -235,7 +237,88 @@ def test_a_transient_observe_error_polls_again_after_a_backoff_of_at_least_one_d
         **RELEASED,
         "last_error": "TransientError: busy",
         "next_attempt_at": NOW + timedelta(seconds=2),
+        "error_streak": 1,
     }
+
+
+@pytest.mark.parametrize(
+    ("streak", "seconds"), [(0, 2), (1, 4), (2, 8), (4, 32), (7, 256), (8, 300), (40, 300)]
+)
+def test_transient_observe_errors_in_a_row_back_off_exponentially_up_to_the_cap(streak, seconds):
+    facts = node(NS.OBSERVING, error_streak=streak)
+
+    outcome = decide("observe", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
+
+    assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=seconds)
+    assert outcome.fields["error_streak"] == streak + 1
+
+
+def test_an_answer_ends_the_error_streak():
+    facts = node(NS.OBSERVING, error_streak=5)
+
+    outcome = decide("observe", facts, obs(ObservedStatus.PENDING), None, now=NOW, timing=TIMING)
+
+    assert outcome.fields["error_streak"] == 0
+    assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=5)
+
+
+def test_not_found_is_no_proof_inside_the_visibility_window():
+    timing = replace(TIMING, visibility_seconds=600)
+    facts = node(NS.UNKNOWN, has_side_effect=True, submit_started_at=NOW - timedelta(seconds=60))
+    never = Recovery(RecoveredOutcome.FAILED, detail={"finding": "no such withdrawal"})
+
+    first = decide("recover", facts, never, None, now=NOW, timing=timing)
+
+    assert first.target is None  # still UNKNOWN
+    assert first.fields["next_attempt_at"] == NOW + timedelta(seconds=540)  # window's end
+    assert first.fields["result"]["not_found_answers"] == 1
+
+
+def test_not_found_proves_nothing_until_the_venue_was_asked_again():
+    facts = node(NS.UNKNOWN, has_side_effect=True, submit_started_at=NOW - timedelta(hours=1))
+    never = Recovery(RecoveredOutcome.FAILED, detail={"finding": "no such withdrawal"})
+
+    first = decide("recover", facts, never, None, now=NOW, timing=TIMING)
+    asked_again = replace(facts, result=first.fields["result"])
+    second = decide("recover", asked_again, never, None, now=NOW, timing=TIMING)
+
+    assert first.target is None
+    assert second.target == NS.FAILED
+
+
+def test_a_read_only_node_needs_no_second_answer():
+    facts = node(NS.UNKNOWN, has_side_effect=False)
+    failed = Recovery(RecoveredOutcome.FAILED, detail={"finding": "rejected"})
+
+    assert decide("recover", facts, failed, None, now=NOW, timing=TIMING).target == NS.FAILED
+
+
+def test_a_venue_refusing_the_recovery_question_asks_a_person():
+    facts = node(NS.UNKNOWN, has_side_effect=True, dispatch_count=1)
+
+    outcome = decide(
+        "recover", facts, None, DeterministicError("bad config"), now=NOW, timing=TIMING
+    )
+
+    assert outcome.target is None  # never concluded
+    assert outcome.attention["reason"] == "recovery_blocked"
+    assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=300)
+
+
+@pytest.mark.parametrize(
+    ("phase", "answer", "contradicts"),
+    [
+        ("submit", Submitted("wd-1"), True),
+        ("observe", Observation(ObservedStatus.COMPLETED), True),
+        ("observe", Observation(ObservedStatus.PENDING), True),
+        ("observe", Observation(ObservedStatus.FAILED), False),
+        ("recover", Recovery(RecoveredOutcome.COMPLETED), True),
+        ("recover", Recovery(RecoveredOutcome.FAILED), False),
+        ("submit", None, False),
+    ],
+)
+def test_which_late_answers_contradict_a_failure(phase, answer, contradicts):
+    assert contradicts_failure(phase, answer) is contradicts
 
 
 def test_an_unanswered_recovery_counts_a_dispatch_and_backs_off():

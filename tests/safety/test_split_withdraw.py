@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pytest
 
+from movements.executors.base import DeterministicError
 from reservations.models import ReservationState
 from sandbox.faults import UnknownFault, parse_fault
 from tests.execution.conftest import ledger, settle
@@ -95,3 +96,25 @@ def test_a_submit_delay_makes_the_venue_call_itself_slow_and_then_succeed(make_m
 
     assert took >= 0.3
     assert node(movement, "withdraw").node_state == "COMPLETED"
+
+
+def test_once_a_leg_failed_the_other_side_effect_never_starts(make_movement):
+    """withdraw_a is refused while being prepared; withdraw_b, prepared in the same batch,
+    is held back before its submit instead of moving money out of a failing movement."""
+    from movements.services import execution
+
+    movement = split(make_movement, withdraw_a="fail")
+    claims = execution.claim_ready_nodes(owner="w", limit=10)
+    assert {c.node.node_key for c in claims} == {"withdraw_a", "withdraw_b"}
+    a = next(c for c in claims if c.node.node_key == "withdraw_a")
+    a.executor.prepare = lambda ctx: (_ for _ in ()).throw(DeterministicError("refused"))
+
+    execution.run_actions(claims)
+
+    movement.refresh_from_db()
+    assert node(movement, "withdraw_a").node_state == "FAILED"
+    assert node(movement, "withdraw_b").node_state == "READY"  # held back, never submitted
+    assert ledger("withdraw") == []
+    assert movement.request_state == "FAILED"
+    assert movement.reservation.state == ReservationState.RELEASED
+    assert execution.dispatch_ready_nodes(owner="w") == 0  # and not dispatched later

@@ -12,6 +12,10 @@ a lock cycle.
 Exactly once starts here: the idempotency key of an attempt is persisted when the node is
 claimed, before anything is submitted, and sent to the venue with the submit.
 
+Money safety: once a node of a movement FAILED, no further side-effect node of it is
+dispatched (it waits READY for an operator). A node whose executor no deployment app serves is
+never handed to a worker: a READY one FAILS with that error, a watched one asks a person.
+
 On SQLite (embedded) there are no row locks: transactions are IMMEDIATE, so writers queue.
 """
 
@@ -19,17 +23,27 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from movements.executors import get_executor
+from movements.executors import get_executor, is_registered
 from movements.executors.base import ExecutionContext, Executor, Upstream
-from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements.models import AttentionReason, MovementRequest, MovementRequestNode, NodeKind
+from movements.services.attention import attention_raise
 from movements.services.execution.leases import take_lease
-from movements.services.state import batch, save_leases, set_node_state, set_request_state
+from movements.services.progress import apply_request_state_from_nodes
+from movements.services.state import (
+    batch,
+    save_fields,
+    save_leases,
+    set_node_state,
+    set_request_state,
+)
 from movements.services.writers import RowWriter
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
@@ -86,18 +100,78 @@ def lease_free(now: Any) -> Q:
     return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now)
 
 
+def failed_sibling() -> Exists:
+    """A current node of the same movement has FAILED (for a query on nodes)."""
+    return Exists(
+        MovementRequestNode.objects.filter(
+            request_id=OuterRef("request_id"), is_current=True, node_state=NS.FAILED
+        )
+    )
+
+
 def _claimable(states: tuple, request_states: tuple, now: Any):
-    return (
+    qs = (
         MovementRequestNode.objects.current()
         .filter(node_state__in=states, request__request_state__in=request_states)
         .filter(due(now), lease_free(now))
         .exclude(kind=NodeKind.MANUAL_GATE)
-        .select_related("request", "plan_node")
+    )
+    if NS.READY in states:
+        qs = qs.filter(Q(has_side_effect=False) | ~failed_sibling())
+    return (
+        qs.select_related("request", "plan_node")
         # The request row is locked in the same statement as the node, and skipped if anyone
         # holds either: a worker holding a node lock never waits for its request's lock.
         .select_for_update(skip_locked=True, of=("self", "request"), no_key=True)
         .order_by("next_attempt_at", "id")
     )
+
+
+def _served(node: MovementRequestNode) -> bool:
+    try:
+        return is_registered(node.executor)
+    except Exception:  # an ambiguous choice of provider: the system check names it
+        return False
+
+
+def _unserved(nodes: list[MovementRequestNode]) -> tuple[list, list]:
+    served = [node for node in nodes if _served(node)]
+    return served, [node for node in nodes if node not in served]
+
+
+def _fail_unserved(nodes: list[MovementRequestNode], actor: Actor, writes: RowWriter) -> None:
+    """READY nodes no executor serves: FAILED with the reason (nothing was attempted)."""
+    for node in nodes:
+        error = f"no executor is registered as {node.executor!r} in this deployment"
+        node.last_error = error
+        set_node_state(
+            node=node,
+            new_state=NS.FAILED,
+            actor=actor,
+            detail={"phase": "dispatch", "error": error},
+            update_fields=["last_error"],
+            writer=writes,
+        )
+        apply_request_state_from_nodes(node.request, actor=actor, writer=writes)
+
+
+def _park_unserved(nodes: list[MovementRequestNode], actor: Actor, writes: RowWriter) -> None:
+    """Watched nodes no executor serves: money may be in flight, so nothing is concluded; a
+    person is asked to look, and the node is not picked up again for a long while."""
+    now = timezone.now()
+    for node in nodes:
+        node.next_attempt_at = now + timedelta(seconds=settings.QTG_RETRY_MAX_SECONDS)
+        save_fields(node, ["next_attempt_at"], writer=writes)
+        attention_raise(
+            request=node.request,
+            node=node,
+            reason=AttentionReason.NO_EXECUTOR,
+            message=f"no executor is registered as {node.executor!r} to watch "
+            f"{node.node_key} ({node.node_state}): deploy it, or settle the node by hand",
+            since=now,
+            actor=actor,
+            writer=writes,
+        )
 
 
 def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]]:
@@ -179,9 +253,10 @@ def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[
     READY -> PREPARING for an action, READY -> OBSERVING for an observe node. The first
     dispatch of a request moves it APPROVED -> EXECUTING. Manual gates are never dispatched
     (an operator releases them)."""
-    nodes = _lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit)
+    nodes, unserved = _unserved(_lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit))
     actor = worker_actor(owner)
     with batch() as writes:
+        _fail_unserved(unserved, actor, writes)
         _claim_locked(nodes, owner, actor, writes)
     return _make_claims(nodes, owner)
 
@@ -227,7 +302,10 @@ def claim_ready_node(*, owner: str, as_of: Any = None) -> Claim | None:
 
 @transaction.atomic
 def _claim_watched(*, owner: str, states: tuple, as_of: Any, limit: int) -> list[Claim]:
-    nodes = _lock_batch(states, WATCH_REQUEST_STATES, as_of, limit)
+    nodes, unserved = _unserved(_lock_batch(states, WATCH_REQUEST_STATES, as_of, limit))
+    if unserved:
+        with batch() as writes:
+            _park_unserved(unserved, worker_actor(owner), writes)
     if not nodes:
         return []
     for node in nodes:

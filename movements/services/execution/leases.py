@@ -2,8 +2,9 @@
 
 A claim gives each node a lease (``QTG_LEASE_SECONDS``). A worker runs its batch one node
 after another, each executor call with no transaction open and no lock held; before each
-call, once half the lease has gone by, it renews the leases of the nodes it still holds, so a
-node waiting its turn, or a slow venue call, is never taken for abandoned while its worker
+call, once half the lease has gone by, it renews the leases of the nodes it still holds, and
+while a call runs a heartbeat thread renews them every third of a lease, so a node waiting its
+turn, or a venue call slower than a lease, is never taken for abandoned while its worker
 lives. A result is applied only if its lease is still ours (``results``).
 
 A node whose worker died stops being renewed: once its lease expires the reaper moves it on.
@@ -11,11 +12,13 @@ PREPARING/AWAITING_SIGNATURE go back to READY (nothing left the building); SUBMI
 UNKNOWN (it may have), to be reconciled through ``recover``, never submitted again.
 """
 
+import logging
+import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from movements.models import MovementRequest, MovementRequestNode
@@ -27,6 +30,8 @@ from qtg.core.actors import Actor
 
 if TYPE_CHECKING:
     from movements.services.execution.claims import Claim
+
+logger = logging.getLogger(__name__)
 
 
 def lease_until() -> Any:
@@ -42,16 +47,61 @@ def take_lease(node: MovementRequestNode, owner: str) -> None:
 
 
 class LeaseKeeper:
-    """Renews the leases of a batch a worker runs one node after another (see above)."""
+    """Renews the leases of a batch a worker runs one node after another (see above). Used as
+    a context manager it also keeps a heartbeat: a thread that renews them every third of a
+    lease for as long as the block (and so the process) lives."""
 
     def __init__(self, claims: list["Claim"]) -> None:
         self.claims = claims
         self.renew_at = timezone.now() + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # The worker's own connection (this thread's): the heartbeat stays quiet while it is
+        # inside a transaction, which would hold the rows (or, on SQLite, the file) it renews.
+        self._worker_connection = connections[DEFAULT_DB_ALIAS]
+
+    def __enter__(self) -> "LeaseKeeper":
+        if self.claims:
+            self._thread = threading.Thread(
+                target=self._heartbeat, name="qtg-lease-heartbeat", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _heartbeat(self) -> None:
+        interval = settings.QTG_LEASE_SECONDS / 3
+        try:
+            while not self._stop.wait(interval):
+                if self._worker_connection.in_atomic_block:
+                    continue
+                try:
+                    self.renew()
+                except Exception:
+                    # The next beat tries again; a lease that does lapse is the reaper's, and
+                    # the result is then kept as evidence, never applied twice.
+                    logger.warning("lease heartbeat failed", exc_info=True)
+        finally:
+            connection.close()  # this thread's own connection
 
     def tick(self) -> None:
         """Before an executor call: renew the leases still ours, once half the lease is gone."""
+        if timezone.now() >= self.renew_at:
+            self.renew()
+
+    def renew(self) -> None:
+        """Renew the leases of the claims still ours now."""
+        with self._lock:
+            self._renew()
+
+    def _renew(self) -> None:
         now = timezone.now()
-        if now < self.renew_at or not self.claims:
+        if not self.claims:
             return
         owner = self.claims[0].owner
         ours = set(

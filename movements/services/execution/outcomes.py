@@ -13,7 +13,11 @@ calls ``decide`` and writes the ``Outcome`` it gets. The error taxonomy of
 - observing: COMPLETED / FAILED / UNKNOWN as seen; a reorg is recorded with its evidence and
   goes to UNKNOWN; a transient error or a pending answer is polled again later.
 - recovering an UNKNOWN node: SUBMITTED / COMPLETED / FAILED as the venue says; an error or an
-  unanswerable question stays UNKNOWN, asked again with backoff.
+  unanswerable question stays UNKNOWN, asked again with backoff. "Not found" is no proof that
+  a side effect never happened: FAILED is concluded only once the executor's visibility window
+  has passed since the submit began, and after asking again. A venue that refuses the question
+  itself (a deterministic error) leaves the node UNKNOWN and asks a person to look.
+- transient errors while watching back off exponentially with the node's error streak.
 - a lease that expired: PREPARING / AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN.
 
 Every transition out of a worker's hands releases its lease, except AWAITING_SIGNATURE, which
@@ -83,6 +87,9 @@ class NodeFacts:
     result: Mapping[str, Any] = field(default_factory=dict)
     lease_owner: str = ""
     lease_expires_at: datetime | None = None
+    has_side_effect: bool = False
+    error_streak: int = 0
+    submit_started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -95,16 +102,26 @@ class Timing:
     retry_base_seconds: float
     retry_max_seconds: float
     max_dispatches: int
+    # The executor's: how long after a submit began its venue may still not show it.
+    visibility_seconds: float = 0.0
 
     @classmethod
-    def from_settings(cls, settings: Any, *, poll_seconds: float | None = None) -> "Timing":
-        """The numbers of the ``QTG_*`` execution settings (``settings``: Django's)."""
+    def from_settings(
+        cls,
+        settings: Any,
+        *,
+        poll_seconds: float | None = None,
+        visibility_seconds: float = 0.0,
+    ) -> "Timing":
+        """The numbers of the ``QTG_*`` execution settings (``settings``: Django's) and the
+        executor's own."""
         return cls(
             lease_seconds=settings.QTG_LEASE_SECONDS,
             poll_seconds=poll_seconds or settings.QTG_OBSERVE_POLL_SECONDS,
             retry_base_seconds=settings.QTG_RETRY_BASE_SECONDS,
             retry_max_seconds=settings.QTG_RETRY_MAX_SECONDS,
             max_dispatches=settings.QTG_MAX_DISPATCHES,
+            visibility_seconds=visibility_seconds,
         )
 
 
@@ -128,6 +145,9 @@ class Outcome:
     record: Mapping[str, Any] | None = None
     # The venue has no final answer yet (the node is polled again); reported as no new state.
     pending: bool = False
+    # Something a person must look at (``movements.services.attention``): reason, message and
+    # evidence.
+    attention: Mapping[str, Any] | None = None
 
 
 def error_detail(exc: BaseException) -> dict[str, Any]:
@@ -266,12 +286,16 @@ def observed(
         detail = {"phase": "observe", **error_detail(error)}
         fields = {**_RELEASED, "last_error": _last_error(detail)}
         if isinstance(error, TransientError):
-            retry_at = now + backoff(node.dispatch_count or 1, timing)
-            return Outcome(None, {**fields, "next_attempt_at": retry_at}, pending=True)
+            streak = node.error_streak + 1
+            retry_at = now + backoff(streak, timing)
+            fields |= {"next_attempt_at": retry_at, "error_streak": streak}
+            return Outcome(None, fields, pending=True)
         target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
         return Outcome(target, {**fields, "next_attempt_at": now}, detail, then=Then.DERIVE)
     external_ref = node.external_ref or answer.external_ref
     fields = {**_RELEASED, "result": _merged(node, answer.detail), "external_ref": external_ref}
+    if node.error_streak:
+        fields["error_streak"] = 0
     target = OBSERVED_TARGETS.get(answer.status)
     if target is None:  # still pending
         fields["next_attempt_at"] = now + timedelta(seconds=timing.poll_seconds)
@@ -300,6 +324,12 @@ def recovered(
     """SUBMITTED, COMPLETED or FAILED as the venue says; an error or an unanswerable question
     leaves the node UNKNOWN, to be asked again after a backoff."""
     target = RECOVERED_TARGETS.get(answer.outcome) if answer is not None else None
+    if (
+        target == NS.FAILED
+        and node.has_side_effect
+        and (wait := _not_yet_proven(node, answer, now=now, timing=timing)) is not None
+    ):
+        return wait
     if target is None:
         dispatches = node.dispatch_count + 1
         fields = {
@@ -309,6 +339,19 @@ def recovered(
         }
         if error is not None:
             fields["last_error"] = _last_error(error_detail(error))
+        if isinstance(error, DeterministicError):
+            # The venue refuses the question itself: asking again will not settle it.
+            fields["next_attempt_at"] = now + timedelta(seconds=timing.retry_max_seconds)
+            return Outcome(
+                None,
+                fields,
+                attention={
+                    "reason": "recovery_blocked",
+                    "message": "recovery cannot ask the venue about this node "
+                    f"({error_detail(error)['error'][:300]}): settle it by hand with evidence",
+                    "evidence": {"phase": "recover", **error_detail(error)},
+                },
+            )
         return Outcome(None, fields)
     fields = dict(_RELEASED)
     if target == NS.SUBMITTED:
@@ -319,6 +362,38 @@ def recovered(
     }
     detail = {"resolution": "recovery", **answer.detail}
     return Outcome(target, fields, detail, then=_then(target))
+
+
+# How many "not found" answers recovery needs before a side effect counts as never happened.
+NOT_FOUND_ANSWERS = 2
+
+
+def _not_yet_proven(
+    node: NodeFacts, answer: Recovery, *, now: datetime, timing: Timing
+) -> Outcome | None:
+    """A venue that says it has no trace of a side effect proves nothing until its visibility
+    window has passed since the submit began, and it said so more than once: until then the
+    node stays UNKNOWN and is asked again (None: the finding stands)."""
+    seen = int((node.result or {}).get("not_found_answers", 0)) + 1
+    visible_from = (node.submit_started_at or now) + timedelta(seconds=timing.visibility_seconds)
+    if seen >= NOT_FOUND_ANSWERS and now >= visible_from:
+        return None
+    ask_at = max(visible_from, now + backoff(seen, timing))
+    result = {**(node.result or {}), "not_found_answers": seen, **answer.detail}
+    fields = {**_RELEASED, "next_attempt_at": ask_at, "result": result}
+    return Outcome(None, fields, pending=True)
+
+
+def contradicts_failure(phase: str, answer: Any) -> bool:
+    """Whether a venue answer says the side effect did happen (or is still happening): what a
+    late answer must not say about a node already concluded FAILED."""
+    if isinstance(answer, Submitted):
+        return True
+    if isinstance(answer, Observation):
+        return answer.status in (ObservedStatus.COMPLETED, ObservedStatus.PENDING)
+    if isinstance(answer, Recovery):
+        return answer.outcome in (RecoveredOutcome.COMPLETED, RecoveredOutcome.SUBMITTED)
+    return False
 
 
 def lease_expired(node: NodeFacts, *, now: datetime, timing: Timing) -> Outcome:

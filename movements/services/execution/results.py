@@ -23,7 +23,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from movements import interface
-from movements.models import MovementRequest, MovementRequestNode
+from movements.models import AttentionReason, MovementRequest, MovementRequestNode
+from movements.services.attention import attention_raise
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.outcomes import (
     STEP_STATES,
@@ -31,6 +32,7 @@ from movements.services.execution.outcomes import (
     Outcome,
     Then,
     Timing,
+    contradicts_failure,
     decide,
     evidence,
 )
@@ -109,6 +111,9 @@ def node_facts(node: MovementRequestNode) -> NodeFacts:
         result=node.result,
         lease_owner=node.lease_owner,
         lease_expires_at=node.lease_expires_at,
+        has_side_effect=node.has_side_effect,
+        error_streak=node.error_streak,
+        submit_started_at=node.submit_started_at,
     )
 
 
@@ -120,6 +125,17 @@ def write_outcome(locked: Locked, outcome: Outcome, actor: Actor, writer: RowWri
     if outcome.record is not None:
         detail = dict(outcome.record)
         record_event(request=locked.request, node=node, actor=actor, detail=detail, writer=writer)
+    if outcome.attention is not None:
+        attention_raise(
+            request=locked.request,
+            node=node,
+            reason=outcome.attention["reason"],
+            message=outcome.attention["message"],
+            evidence=dict(outcome.attention.get("evidence") or {}),
+            since=timezone.now(),
+            actor=actor,
+            writer=writer,
+        )
     if outcome.target is None:
         save_fields(node, outcome.fields, writer=writer)
     else:
@@ -139,7 +155,11 @@ def write_outcome(locked: Locked, outcome: Outcome, actor: Actor, writer: RowWri
 
 def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | None:
     claim = result.claim
-    timing = Timing.from_settings(settings, poll_seconds=claim.executor.poll_seconds)
+    timing = Timing.from_settings(
+        settings,
+        poll_seconds=claim.executor.poll_seconds,
+        visibility_seconds=claim.executor.visibility_seconds,
+    )
     outcome = decide(
         result.phase,
         node_facts(locked.node),
@@ -184,7 +204,13 @@ def apply_results(results: list[Result]) -> None:
             raise errors[0] from None
         return
     for result, problem in late:
-        late_result(result.claim, result.phase, evidence(result.answer, result.error), problem)
+        late_result(
+            result.claim,
+            result.phase,
+            evidence(result.answer, result.error),
+            problem,
+            contradicts_failure=contradicts_failure(result.phase, result.answer),
+        )
 
 
 class Unwritten:
@@ -209,16 +235,36 @@ class Unwritten:
         self.written_at = time.monotonic()
 
 
-def late_result(claim: Claim, phase: str, outcome: dict[str, Any], reason: str) -> None:
-    """Keep the evidence of a result that came too late to be applied."""
+def late_result(
+    claim: Claim,
+    phase: str,
+    outcome: dict[str, Any],
+    reason: str,
+    *,
+    contradicts_failure: bool = False,
+) -> None:
+    """Keep the evidence of a result that came too late to be applied. One that says a side
+    effect happened, for a node already concluded FAILED, needs a person: attention."""
     with transaction.atomic():
         request = MovementRequest.objects.select_for_update(no_key=True).get(pk=claim.request_id)
         node = MovementRequestNode.objects.get(pk=claim.node_id)
         node.request = request
+        actor = worker_actor(claim.owner)
         record_event(
             request=request,
             node=node,
-            actor=worker_actor(claim.owner),
+            actor=actor,
             detail={"late_result": phase, "outcome": outcome, "reason": reason},
         )
+        if contradicts_failure and node.node_state == NodeState.FAILED and node.has_side_effect:
+            attention_raise(
+                request=request,
+                node=node,
+                reason=AttentionReason.LATE_RESULT,
+                message=f"{node.node_key} was concluded FAILED, but the venue's late {phase} "
+                f"answer says it happened: check the venue and settle the movement by hand",
+                evidence={"late_result": phase, "outcome": outcome},
+                since=timezone.now(),
+                actor=actor,
+            )
     logger.warning("late %s result for node %s dropped: %s", phase, claim.node_id, reason)

@@ -2,7 +2,10 @@
 open and no lock held, and their results written for the batch together (``results``).
 
 The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
-compare-and-set on its state and lease: one statement, which holds no other lock meanwhile.
+compare-and-set on its state and lease, under its movement's lock: a side-effect node whose
+movement already has a FAILED node never enters it (it goes back to READY, held for an
+operator), and derivation, which runs under the same lock, never concludes while a sibling is
+about to submit.
 
 Exactly once: a signed payload is persisted in the same statement that moves the node to
 SUBMITTING, with the idempotency key persisted at claim already durable, and is re-used (never
@@ -15,10 +18,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from movements.executors.base import Submitted
+from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.leases import LeaseKeeper, lease_until
 from movements.services.execution.results import Result, Unwritten, apply_results, late_result
+from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import set_node_state
 from movements.states import NodeState
 from qtg.core.errors import StaleState
@@ -44,21 +52,55 @@ def _submit_now(
         return False
     node.signed_payload = signed_payload
     node.lease_expires_at = lease_until()
+    node.submit_started_at = timezone.now()
     _merge_result(node, detail)
     try:
-        set_node_state(
-            node=node,
-            new_state=NS.SUBMITTING,
-            actor=worker_actor(claim.owner),
-            detail={**detail, "idempotency_key": node.idempotency_key},
-            update_fields=["signed_payload", "lease_expires_at", "result"],
-            only_if={"lease_owner": claim.owner},
-        )
+        with transaction.atomic():
+            request = MovementRequest.objects.select_for_update(no_key=True).get(
+                pk=claim.request_id
+            )
+            node.request = request
+            if node.has_side_effect and (failed := _failed_siblings(claim)):
+                _hold_back(claim, failed)
+                return False
+            set_node_state(
+                node=node,
+                new_state=NS.SUBMITTING,
+                actor=worker_actor(claim.owner),
+                detail={**detail, "idempotency_key": node.idempotency_key},
+                update_fields=["signed_payload", "lease_expires_at", "result", "submit_started_at"],
+                only_if={"lease_owner": claim.owner},
+            )
     except StaleState:
         outcome = {"detail": detail, "signed": bool(signed_payload)}
         late_result(claim, phase, outcome, f"node {node.node_key} changed or its lease was lost")
         return False
     return True
+
+
+def _failed_siblings(claim: Claim) -> list[str]:
+    return list(
+        MovementRequestNode.objects.current()
+        .filter(request_id=claim.request_id, node_state=NS.FAILED)
+        .values_list("node_key", flat=True)
+    )
+
+
+def _hold_back(claim: Claim, failed: list[str]) -> None:
+    """A node of the movement FAILED: this side effect does not start. Back to READY (its
+    lease released), where it waits for an operator; the movement is derived again, now that
+    one less node may be moving money. The caller holds the movement's lock."""
+    node, actor = claim.node, worker_actor(claim.owner)
+    node.lease_owner, node.lease_expires_at, node.next_attempt_at = "", None, None
+    set_node_state(
+        node=node,
+        new_state=NS.READY,
+        actor=actor,
+        detail={"held_back": True, "reason": f"{', '.join(failed)} FAILED: no new side effect"},
+        update_fields=["lease_owner", "lease_expires_at", "next_attempt_at"],
+        only_if={"lease_owner": claim.owner},
+    )
+    apply_request_state_from_nodes(node.request, actor=actor)
 
 
 def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
@@ -67,11 +109,15 @@ def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     with no transaction open. Each step's results are written for the batch together, except
     SUBMITTING, which each node enters alone right before its own submit (see
     ``_submit_now``). Returns each node's state when this worker let go of it."""
+    with LeaseKeeper(claims) as leases:
+        return _run_actions(claims, leases)
+
+
+def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeState | None]:
     outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
     failures: list[Result] = []
     to_sign: list[tuple[Claim, Result]] = []
     ready: list[tuple[Claim, str, tuple, dict[str, Any], str]] = []
-    leases = LeaseKeeper(claims)
     for claim in claims:
         leases.tick()
         try:
@@ -145,11 +191,12 @@ def _ask_each_then_apply(
     """Ask the venue about each claimed node in turn (no transaction open) and write the
     answers together (see ``results.Unwritten``). Returns each node's new state (None where
     it did not move)."""
-    leases, unwritten = LeaseKeeper(claims), Unwritten()
-    for claim in claims:
-        leases.tick()
-        unwritten.add(ask(claim))
-    unwritten.write()
+    unwritten = Unwritten()
+    with LeaseKeeper(claims) as leases:
+        for claim in claims:
+            leases.tick()
+            unwritten.add(ask(claim))
+        unwritten.write()
     return {result.claim.node_id: result.value for result in unwritten.seen}
 
 
