@@ -33,9 +33,11 @@ from movements.admin_filters import (
     CreatedRangeFilter,
     StateFilter,
     TemplateFilter,
+    needs_me_q,
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
 from movements.models import (
+    MovementAttention,
     MovementEvent,
     MovementRequest,
     MovementRequestNode,
@@ -44,7 +46,6 @@ from movements.models import (
 from movements.policies import Action, Rule
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
-from movements.states import ATTENTION_REQUEST_STATES
 from qtg.core import money
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
@@ -184,7 +185,12 @@ class MovementChangeList(ChangeList):
                     "nodes",
                     queryset=MovementRequestNode.objects.current().order_by("pk"),
                     to_attr="live_nodes",
-                )
+                ),
+                Prefetch(
+                    "attentions",
+                    queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
+                    to_attr="open_attentions_list",
+                ),
             )
         )
 
@@ -296,7 +302,18 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="state", ordering="request_state")
     def state_badge(self, obj):
-        return request_state_badge(obj.request_state)
+        now = timezone.now()
+        entries = [
+            entry for entry in getattr(obj, "open_attentions_list", []) if entry.needs_someone(now)
+        ]
+        if not entries:
+            return request_state_badge(obj.request_state)
+        flags = format_html_join(
+            "",
+            '<div class="qtg-warn" title="{}">⚑ {}: {}</div>',
+            ((e.message, e.get_reason_display(), e.node_key) for e in entries),
+        )
+        return format_html("{}{}", request_state_badge(obj.request_state), flags)
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):
@@ -328,9 +345,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     def changelist_view(self, request, extra_context=None):
         extra_context = {
             **(extra_context or {}),
-            "needs_me_count": MovementRequest.objects.filter(
-                request_state__in=sorted(ATTENTION_REQUEST_STATES)
-            ).count(),
+            "needs_me_count": MovementRequest.objects.filter(needs_me_q()).count(),
             "needs_me_query": "?state=needs_me",
         }
         return super().changelist_view(request, extra_context)
@@ -354,6 +369,21 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         approve = refusals[Action.APPROVE]
         reservation = reservation_of(movement)
         return {
+            "attention": [
+                {
+                    "node_key": entry.node_key,
+                    "reason": entry.get_reason_display(),
+                    "message": entry.message,
+                    "since": entry.since,
+                    "snoozed_until": entry.snoozed_until
+                    if entry.snoozed_until and not entry.needs_someone(situation.now)
+                    else None,
+                    "snooze_reason": entry.snooze_reason,
+                }
+                for entry in movement.attentions.filter(resolved_at__isnull=True).order_by(
+                    "since", "pk"
+                )
+            ],
             "reservation": reservation
             and {
                 "state": reservation.state,

@@ -8,7 +8,7 @@ policy has no refusal for the user and explains a refusal with it; the service c
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -27,6 +27,11 @@ from movements.services import (
     movement_cancel,
     movement_reject,
     node_resolve_unknown,
+)
+from movements.services.attention import (
+    attention_resolve,
+    attention_snooze,
+    attention_stop_watching,
 )
 from movements.services.lifecycle import UNKNOWN_OUTCOMES
 from qtg.core.actors import Actor
@@ -59,6 +64,36 @@ class CancelForm(ReasonForm):
         help_text="Needed once a step that moves money has completed (supervisors only): the "
         "movement ends CANCELLED, nobody watches the funds that left, and the reservation stays "
         "HELD until someone settles it.",
+    )
+
+
+class SnoozeForm(ActionForm):
+    node_key = forms.ChoiceField(label="Node")
+    hours = forms.IntegerField(
+        min_value=1,
+        max_value=168,
+        initial=4,
+        help_text="Nobody is asked about it for this many hours (at most a week).",
+    )
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text="Why it can wait. Recorded in the audit trail.",
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        if "hours" in cleaned:
+            cleaned["until"] = timezone.now() + timedelta(hours=cleaned.pop("hours"))
+        return cleaned
+
+
+class ResolveAttentionForm(ActionForm):
+    node_key = forms.ChoiceField(label="Node")
+    note = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text="What you found or did. Recorded in the audit trail.",
     )
 
 
@@ -233,6 +268,44 @@ ACTIONS: dict[str, MovementAction] = {
             perform=intervention_retry,
             form_class=NodeReasonForm,
             picks_node=True,
+        ),
+        MovementAction(
+            name=Action.SNOOZE_ATTENTION,
+            label="Snooze attention",
+            what_happens="Nobody is asked about this node until the time you give; the movement "
+            "leaves Needs me until then.",
+            refusal=lambda s: policies.attention_refusal(
+                actor=s.actor, movement=s.movement, node_key=s.node_key
+            ),
+            perform=attention_snooze,
+            form_class=SnoozeForm,
+            picks_node=True,
+        ),
+        MovementAction(
+            name=Action.RESOLVE_ATTENTION,
+            label="Resolve attention",
+            what_happens="The entry is closed with your note. If the node is still waiting, it "
+            "is raised again only after another full wait.",
+            refusal=lambda s: policies.attention_refusal(
+                actor=s.actor, movement=s.movement, node_key=s.node_key
+            ),
+            perform=attention_resolve,
+            form_class=ResolveAttentionForm,
+            picks_node=True,
+        ),
+        MovementAction(
+            name=Action.STOP_WATCHING,
+            label="Stop watching",
+            what_happens="The observe step gives up and FAILS with your reason; with money "
+            "already out the movement goes to MANUAL_INTERVENTION, where it can be retried, "
+            "resumed or forced.",
+            refusal=lambda s: policies.stop_watching_refusal(
+                actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
+            ),
+            perform=attention_stop_watching,
+            form_class=NodeReasonForm,
+            picks_node=True,
+            dangerous=True,
         ),
         MovementAction(
             name=Action.FORCE_COMPLETE,

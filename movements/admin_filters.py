@@ -4,13 +4,21 @@ from datetime import datetime, time, timedelta
 
 from django.contrib import admin
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from movements.models import MovementRequest, RouteTemplate
+from movements.services.attention import needing_attention_q
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
 
 NEEDS_ME = "needs_me"
+
+
+def needs_me_q() -> Q:
+    """What waits for a person: approvals, manual gates, MANUAL_INTERVENTION, and movements
+    with an open, unsnoozed attention entry (a node stuck longer than its venue should take)."""
+    return Q(request_state__in=sorted(ATTENTION_REQUEST_STATES)) | needing_attention_q()
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -25,7 +33,7 @@ class StateFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         value = self.value()
         if value == NEEDS_ME:
-            return queryset.filter(request_state__in=sorted(ATTENTION_REQUEST_STATES))
+            return queryset.filter(needs_me_q())
         if value in RequestState.__members__:
             return queryset.filter(request_state=value)
         return queryset

@@ -51,7 +51,9 @@ class Action(StrEnum):
     INTERVENTION_RETRY = "intervention_retry"
     FORCE_COMPLETE = "force_complete"
     FORCE_FAIL = "force_fail"
-    HANDLE_ATTENTION = "handle_attention"
+    SNOOZE_ATTENTION = "snooze_attention"
+    RESOLVE_ATTENTION = "resolve_attention"
+    STOP_WATCHING = "stop_watching"
 
 
 # The custom permissions are declared on MovementRequest.Meta.permissions.
@@ -65,7 +67,9 @@ PERMISSIONS: dict[Action, str] = {
     Action.INTERVENTION_RETRY: "movements.retry_node",
     Action.FORCE_COMPLETE: "movements.force_complete_movement",
     Action.FORCE_FAIL: "movements.force_fail_movement",
-    Action.HANDLE_ATTENTION: "movements.handle_attention",
+    Action.SNOOZE_ATTENTION: "movements.handle_attention",
+    Action.RESOLVE_ATTENTION: "movements.handle_attention",
+    Action.STOP_WATCHING: "movements.handle_attention",
 }
 # Cancelling after a side effect completed (funds in transit) needs this on top of cancel.
 CANCEL_IN_TRANSIT_PERMISSION = "movements.cancel_in_transit"
@@ -425,9 +429,23 @@ def resolve_outcome_refusal(
     return None
 
 
-def attention_refusal(*, actor: Actor, movement: MovementRequest) -> Refusal | None:
-    """Snooze or resolve what a movement needs attention for: the permission."""
-    return permission_refusal(actor, Action.HANDLE_ATTENTION)
+def attention_refusal(
+    *, actor: Actor, movement: MovementRequest, node_key: str | None = None
+) -> Refusal | None:
+    """Snooze or resolve what a movement needs attention for: the permission; an open entry
+    (of the node named, when one is)."""
+    if refusal := permission_refusal(actor, Action.RESOLVE_ATTENTION):
+        return refusal
+    entries = movement.attentions.filter(resolved_at__isnull=True)
+    if node_key is not None:
+        entries = entries.filter(node_key=node_key)
+    if not entries.exists():
+        return Refusal(
+            Rule.NODE_STATE,
+            f"nothing about {node_key or 'this movement'} needs attention",
+            {"current_state": movement.request_state},
+        )
+    return None
 
 
 def stop_watching_refusal(
@@ -436,7 +454,7 @@ def stop_watching_refusal(
     """Stop watching an observe node (it goes FAILED with the operator's evidence): the
     permission; the node exists, is an observe node and is OBSERVING (some node is, without
     ``node_key``)."""
-    if refusal := permission_refusal(actor, Action.HANDLE_ATTENTION):
+    if refusal := permission_refusal(actor, Action.STOP_WATCHING):
         return refusal
     watched = [
         n for n in nodes if n.kind == NodeKind.OBSERVE and n.node_state == NodeState.OBSERVING

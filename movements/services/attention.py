@@ -31,7 +31,7 @@ from movements.services.progress import apply_request_state_from_nodes, current_
 from movements.services.state import record_event, set_node_state
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
-from qtg.core.errors import InvalidInput, NotFound
+from qtg.core.errors import InvalidInput
 from qtg.core.policies import enforce
 
 # Nodes that wait on the outside world: how long is "too long" is the executor's to say.
@@ -177,62 +177,61 @@ def detect_stuck_nodes(*, now: datetime | None = None, actor: Actor | None = Non
     return raised
 
 
-def _open_entry(request: MovementRequest, attention_id: Any) -> MovementAttention:
-    try:
-        return request.attentions.select_for_update(no_key=True).get(
-            pk=attention_id, resolved_at__isnull=True
+def _open_entries(request: MovementRequest, node_key: str) -> list[MovementAttention]:
+    return list(
+        request.attentions.select_for_update(no_key=True).filter(
+            node_key=node_key, resolved_at__isnull=True
         )
-    except (MovementAttention.DoesNotExist, ValueError, TypeError):
-        raise NotFound(f"movement has no open attention entry {attention_id!r}") from None
+    )
 
 
 @transaction.atomic
 def attention_snooze(
-    *, request: MovementRequest | Any, attention_id: Any, until: datetime, reason: str, actor: Actor
-) -> MovementAttention:
-    """Nobody is asked about the entry until ``until`` (a reason is recorded)."""
+    *, request: MovementRequest | Any, node_key: str, until: datetime, reason: str, actor: Actor
+) -> MovementRequest:
+    """Nobody is asked about the node's open entries until ``until`` (a reason is recorded)."""
     reason = _require_reason(reason, "snooze")
     if until is None or until <= timezone.now():
         raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
     request = _lock_request(request)
-    enforce(attention_refusal(actor=actor, movement=request))
-    attention = _open_entry(request, attention_id)
-    attention.snoozed_until, attention.snooze_reason = until, reason
-    attention.handled_by = str(actor)
-    attention.save(update_fields=["snoozed_until", "snooze_reason", "handled_by"])
-    record_event(
-        request=request,
-        node=attention.node,
-        actor=actor,
-        detail={
-            "attention_snoozed": attention.reason,
-            "until": until.isoformat(),
-            "reason": reason,
-        },
-    )
-    return attention
+    enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
+    for attention in _open_entries(request, node_key):
+        attention.snoozed_until, attention.snooze_reason = until, reason
+        attention.handled_by = str(actor)
+        attention.save(update_fields=["snoozed_until", "snooze_reason", "handled_by"])
+        record_event(
+            request=request,
+            node=attention.node,
+            actor=actor,
+            detail={
+                "attention_snoozed": attention.reason,
+                "until": until.isoformat(),
+                "reason": reason,
+            },
+        )
+    return request
 
 
 @transaction.atomic
 def attention_resolve(
-    *, request: MovementRequest | Any, attention_id: Any, note: str, actor: Actor
-) -> MovementAttention:
-    """Close the entry with a note; a node still waiting is stuck again only after another
-    full wait from now."""
+    *, request: MovementRequest | Any, node_key: str, note: str, actor: Actor
+) -> MovementRequest:
+    """Close the node's open entries with a note; a node still waiting is stuck again only
+    after another full wait from now."""
     note = _require_reason(note, "resolve")
     request = _lock_request(request)
-    enforce(attention_refusal(actor=actor, movement=request))
-    attention = _open_entry(request, attention_id)
-    attention.resolved_at, attention.resolution = timezone.now(), note
-    attention.handled_by = str(actor)
-    attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
-    record_event(
-        request=request,
-        node=attention.node,
-        actor=actor,
-        detail={"attention_resolved": attention.reason, "note": note},
-    )
-    return attention
+    enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
+    for attention in _open_entries(request, node_key):
+        attention.resolved_at, attention.resolution = timezone.now(), note
+        attention.handled_by = str(actor)
+        attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
+        record_event(
+            request=request,
+            node=attention.node,
+            actor=actor,
+            detail={"attention_resolved": attention.reason, "note": note},
+        )
+    return request
 
 
 @transaction.atomic

@@ -14,6 +14,7 @@ from movements.admin_actions import ACTIONS, MovementAction, Situation
 from movements.models import MovementRequest
 from movements.selectors import current_nodes
 from movements.services import movement_reject
+from movements.services.attention import detect_stuck_nodes
 from qtg.core.actors import Actor
 from qtg.core.errors import QTGError
 from tests.admin.conftest import TO_COMPLETED, drive
@@ -30,6 +31,9 @@ INPUT = {
     "intervention_retry": {"reason": "r"},
     "force_complete": {"reason": "r"},
     "force_fail": {"reason": "r"},
+    "snooze_attention": {"until": timezone.now() + timedelta(hours=1), "reason": "r"},
+    "resolve_attention": {"note": "n"},
+    "stop_watching": {"reason": "r"},
 }
 
 
@@ -53,6 +57,14 @@ def _completed(fixture):
 
 
 # situation -> how to build it (``fixture`` returns a fixture's value by name)
+def _deposit_stuck(fixture):
+    movement = drive(fixture("executing")(), "withdraw", *TO_COMPLETED)
+    drive(movement, "withdraw_observe", "OBSERVING", "COMPLETED")
+    movement = drive(movement, "deposit_observe", "OBSERVING")
+    detect_stuck_nodes(now=timezone.now() + timedelta(days=1))
+    return movement
+
+
 SITUATIONS = {
     "pending": lambda fixture: fixture("make_movement")(),
     "pending, created by the supervisor": lambda fixture: fixture("make_movement")(
@@ -68,6 +80,7 @@ SITUATIONS = {
     "manual intervention, a node UNKNOWN": lambda fixture: fixture("intervention_unknown")(),
     "manual intervention, a node FAILED": lambda fixture: fixture("intervention_failed")(),
     "manual intervention, reconciled": lambda fixture: fixture("intervention_reconciled")(),
+    "executing, the deposit stuck": _deposit_stuck,
     "completed": _completed,
 }
 

@@ -60,7 +60,7 @@ def test_a_snoozed_entry_leaves_the_list_until_its_time(stuck, operator, approve
     [entry] = stuck.attentions.all()
     attention_snooze(
         request=stuck,
-        attention_id=entry.pk,
+        node_key=entry.node_key,
         until=timezone.now() + timedelta(hours=2),
         reason="venue maintenance",
         actor=Actor.for_user(operator),

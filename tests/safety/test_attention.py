@@ -74,7 +74,7 @@ def test_a_snoozed_entry_needs_nobody_until_its_time(never_arrives, operator, se
     until = timezone.now() + timedelta(hours=1)
     attention_snooze(
         request=never_arrives,
-        attention_id=entry.pk,
+        node_key=entry.node_key,
         until=until,
         reason="venue says deposits are delayed today",
         actor=Actor.for_user(operator),
@@ -95,7 +95,7 @@ def test_a_resolved_entry_is_raised_again_only_after_another_full_wait(
     [entry] = open_attentions(never_arrives, now=timezone.now())
     attention_resolve(
         request=never_arrives,
-        attention_id=entry.pk,
+        node_key=entry.node_key,
         note="asked the venue, it is coming",
         actor=Actor.for_user(operator),
     )
