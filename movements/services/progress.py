@@ -3,8 +3,6 @@
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from movements.compiler import condition_holds, request_context
 from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
@@ -120,7 +118,8 @@ def apply_request_state_from_nodes(
                 detail={
                     "recovered": True,
                     "would_be": str(derived),
-                    "note": f"recovered at {timezone.now().isoformat()}: resume to continue",
+                    # The event's time says when.
+                    "note": "recovered: resume to continue",
                 },
                 writer=writer,
             )

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection, transaction
 
 from movements.models import MovementRequest, MovementRequestNode
+from movements.selectors import current_nodes
 from movements.services import execution
 from movements.services.execution import sweeps
 from movements.services.lifecycle import _lock_request
@@ -71,10 +72,10 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
         assert_history_replays(request)
 
 
-def test_a_node_enters_submitting_while_its_request_is_locked_elsewhere(make_movement):
-    """An operator (or another worker's batch) holding the request must not hold back the
-    compare-and-set into SUBMITTING: if it did, the worker would wait holding the node's row,
-    which that holder may want next: a lock cycle."""
+def test_a_node_enters_submitting_only_once_whoever_holds_its_movement_is_done(make_movement):
+    """The compare-and-set into SUBMITTING takes the movement's lock first (so derivation and
+    operators, who hold it, see a consistent set of nodes: money safety). It waits holding no
+    row of its own, so whoever holds the movement can go on to lock its nodes: no cycle."""
     request = make_movement(approve=True)
     claim = execution.claim_ready_node(owner="w1")
     locked, release, submitting = threading.Event(), threading.Event(), threading.Event()
@@ -93,6 +94,7 @@ def test_a_node_enters_submitting_while_its_request_is_locked_elsewhere(make_mov
                 _lock_request(request)  # the lock every operator action takes first
                 locked.set()
                 release.wait(timeout=20)
+                current_nodes(request, lock=True)  # and then its nodes
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -111,12 +113,13 @@ def test_a_node_enters_submitting_while_its_request_is_locked_elsewhere(make_mov
     assert locked.wait(timeout=10)
     runner = threading.Thread(target=worker)
     runner.start()
-    reached = submitting.wait(timeout=5)
+    waited = not submitting.wait(timeout=2)
     release.set()
     holder.join(timeout=20)
     runner.join(timeout=20)
 
     assert errors == []
-    assert reached, "entering SUBMITTING waited for the request lock"
+    assert waited, "entering SUBMITTING did not wait for the movement's lock"
+    assert submitting.is_set()
     node = MovementRequestNode.objects.get(pk=claim.node_id)
     assert node.node_state == "COMPLETED"
