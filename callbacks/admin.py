@@ -11,9 +11,9 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
-from callbacks import signing
 from callbacks.services import delivery_redeliver, subscription_rotate_secret
 from movements.interface import add_movement_page_inline
 from qtg.core.actors import Actor
@@ -98,8 +98,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
         messages.warning(
             request,
             format_html(
-                "The signing secret, shown this once (store it with the receiver): "
-                "<code>{}</code>",
+                "The signing secret, shown this once (store it with the receiver): <code>{}</code>",
                 secret,
             ),
         )

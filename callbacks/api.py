@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -85,10 +86,15 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 class WebhookInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, help_text="For your records.")
-    url = serializers.URLField(max_length=500, help_text="The https endpoint that receives them.")
+    url = serializers.URLField(
+        max_length=500,
+        validators=[RegexValidator(r"\Ahttps?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?\Z")],
+        help_text="The http(s) endpoint that receives them.",
+    )
     event_types = serializers.ListField(
         child=serializers.ChoiceField(choices=list(EVENT_TYPES)),
         allow_empty=False,
+        min_length=1,
         max_length=len(EVENT_TYPES),
         help_text="The event types to receive (at least one).",
     )
@@ -474,7 +480,7 @@ class EventFeedView(APIDefaults, generics.GenericAPIView):
             ),
             OpenApiParameter(
                 "page_size",
-                OpenApiTypes.INT,
+                {"type": "integer", "minimum": 1, "maximum": FEED_MAX_PAGE_SIZE},
                 OpenApiParameter.QUERY,
                 description=f"1 to {FEED_MAX_PAGE_SIZE} (default {FEED_PAGE_SIZE}).",
             ),

@@ -152,6 +152,7 @@ class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
                 "cursor",
                 str,
                 OpenApiParameter.QUERY,
+                pattern=ecma(MovementCursorPagination.CURSOR_PATTERN),
                 description="The `next_cursor` of the previous page (cursor paging).",
             )
         ],

@@ -147,7 +147,7 @@ def test_the_body_is_the_movement_as_the_api_shows_it_with_its_sequence(
     assert sequence == event.sequence
     # The request_approved event came first: sequences count the movement's events.
     assert list(
-        Event.objects.filter(request=request).order_by("sequence").values_list(
-            "event_type", "sequence"
-        )
+        Event.objects.filter(request=request)
+        .order_by("sequence")
+        .values_list("event_type", "sequence")
     ) == [("request_approved", 1), ("frontier_advanced", 2)]
