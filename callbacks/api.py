@@ -85,7 +85,12 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 
 class WebhookInputSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, required=False, help_text="For your records.")
+    name = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        help_text="For your records (the url when empty).",
+    )
     url = serializers.URLField(
         max_length=500,
         validators=[RegexValidator(r"\Ahttps?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?\Z")],
@@ -326,9 +331,11 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
     def partial_update(self, request: Request, pk: str) -> Response:
         subscription = self.get_object()
         data = self._input(WebhookInputSerializer, request, partial=True)
-        for field in ("name", "url", "is_active"):
+        for field in ("url", "is_active"):
             if field in data:
                 setattr(subscription, field, data[field])
+        if "name" in data:
+            subscription.name = data["name"] or subscription.url[:100]
         if "event_types" in data:
             subscription.event_types = list(dict.fromkeys(data["event_types"]))
         self._save(subscription)
