@@ -1,6 +1,9 @@
 """The integrator's webhook API (/api/v1/webhooks/) and event feed (/api/v1/events/), with a
 real receiver on 127.0.0.1 verifying with the stock standardwebhooks library."""
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 from django.db import transaction
 from standardwebhooks import Webhook
@@ -13,6 +16,7 @@ from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
+DOCS_EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "integrator_example.py"
 WEBHOOKS = "/api/v1/webhooks/"
 EVENTS = "/api/v1/events/"
 
@@ -175,3 +179,20 @@ def test_a_malformed_cursor_is_a_problem_not_an_error(bot_client):
 
     assert response.status_code == 400
     assert response.json()["details"] == {"after": ["Invalid cursor."]}
+
+
+def test_the_docs_example_verifies_a_real_webhook_and_refuses_a_tampered_one(
+    bot, bot_client, receiver, make_movement, django_capture_on_commit_callbacks, monkeypatch
+):
+    spec = importlib.util.spec_from_file_location("integrator_example", DOCS_EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    created = _subscribe(bot_client, receiver.url, "request_approved")
+    monkeypatch.setenv("QTG_WEBHOOK_SECRET", created["secret"])
+    with django_capture_on_commit_callbacks(execute=True):
+        movement_approve(request=make_movement(by=bot), actor=Actor.system("tests-approver"))
+    [got] = receiver.received
+
+    assert example.receive_webhook(got.body, got.headers) == 204
+    assert example.seen == {got.json["data"]["id"]: 1}
+    assert example.receive_webhook(got.body.replace(b"APPROVED", b"FAILED"), got.headers) == 400
