@@ -194,7 +194,7 @@ class DeliveryAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="movement", ordering="request")
     def movement(self, obj: Delivery) -> str:
-        return str(obj.request_id)[:8]
+        return str(obj.request_id)[:8] if obj.request_id else "(test event)"
 
     @admin.display(description="body")
     def pretty_body(self, obj: Delivery):

@@ -6,7 +6,7 @@ from django.contrib.admin import helpers
 from django.urls import reverse
 
 from callbacks.models import Delivery, DeliveryStatus, Subscription
-from callbacks.services import callback_enqueue
+from callbacks.services import callback_enqueue, subscription_send_test
 
 pytestmark = pytest.mark.django_db
 
@@ -146,3 +146,14 @@ def test_redeliver_once_confirmed_queues_the_delivery_again(
     assert (dead.status, dead.attempts) == (DeliveryStatus.PENDING, 0)
     assert dead.redelivered_by == f"user:{admin_user.username}"
     assert len(queued) == 1
+
+
+def test_a_test_event_delivery_is_listed_without_a_movement(admin_client, subscribe):
+    delivery = subscription_send_test(subscription=subscribe("http://127.0.0.1:9/hook"))
+
+    listing = admin_client.get(reverse("admin:callbacks_delivery_changelist"))
+    page = admin_client.get(reverse("admin:callbacks_delivery_change", args=[delivery.pk]))
+
+    assert listing.status_code == 200
+    assert b"(test event)" in listing.content
+    assert page.status_code == 200
