@@ -164,7 +164,11 @@ def _receives(subscription: Subscription, request: MovementRequest, event_type: 
 def _next_sequence(request: MovementRequest) -> int:
     # The movement's row lock orders its events (whoever writes them): the sequence a
     # receiver sorts by never repeats and never goes back.
-    list(MovementRequest.objects.select_for_update().filter(pk=request.pk).values_list("pk"))
+    list(
+        MovementRequest.objects.select_for_update(no_key=True)
+        .filter(pk=request.pk)
+        .values_list("pk")
+    )
     last = (
         Event.objects.filter(request_id=request.pk)
         .order_by("-sequence")
