@@ -162,13 +162,9 @@ def _receives(subscription: Subscription, request: MovementRequest, event_type: 
 
 
 def _next_sequence(request: MovementRequest) -> int:
-    # The movement's row lock orders its events (whoever writes them): the sequence a
-    # receiver sorts by never repeats and never goes back.
-    list(
-        MovementRequest.objects.select_for_update(no_key=True)
-        .filter(pk=request.pk)
-        .values_list("pk")
-    )
+    # Every state change, and so every event, happens under the movement's row lock (the
+    # outbox's contract): its events are numbered one at a time, so the sequence a receiver
+    # sorts by never repeats and never goes back (a unique constraint holds it to that).
     last = (
         Event.objects.filter(request_id=request.pk)
         .order_by("-sequence")

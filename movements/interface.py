@@ -44,8 +44,10 @@ class ReservationLedger:
 @dataclass(frozen=True)
 class CallbackOutbox:
     """``enqueue(request=, event_type=, data=)`` records the event for delivery after the
-    caller's transaction commits; ``read_once()`` is a context in which the subscriptions are
-    read once (a worker writing many transitions in one transaction)."""
+    caller's transaction commits (the caller holds the movement's row lock, as every state
+    change does: the outbox numbers a movement's events under it); ``read_once()`` is a
+    context in which the subscriptions are read once (a worker writing many transitions in
+    one transaction)."""
 
     enqueue: Callable[..., Any]
     read_once: Callable[[], AbstractContextManager[Any]]
