@@ -37,6 +37,7 @@ from movements.admin_filters import (
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
 from movements.models import (
+    MovementApproval,
     MovementAttention,
     MovementEvent,
     MovementRequest,
@@ -190,6 +191,11 @@ class MovementChangeList(ChangeList):
                     "attentions",
                     queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
                     to_attr="open_attentions_list",
+                ),
+                Prefetch(
+                    "approvals",
+                    queryset=MovementApproval.objects.filter(void_at__isnull=True),
+                    to_attr="valid_approvals_list",
                 ),
             )
         )

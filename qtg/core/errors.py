@@ -56,6 +56,13 @@ class ReservationRefused(QTGError):
     http_status = 409
 
 
+class DestinationNotAllowlisted(QTGError):
+    """The destination is not a vetted, usable entry of the address book."""
+
+    code = "destination_not_allowlisted"
+    http_status = 409
+
+
 class AcknowledgementRequired(ActionRefused):
     """The action is allowed only with an explicit acknowledgement of its consequence."""
 
