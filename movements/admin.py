@@ -28,6 +28,7 @@ from django.utils.timesince import timesince
 
 from movements import interface, policies
 from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
+from movements.admin_controls import ApprovalInline, OverrideInline
 from movements.admin_filters import (
     AssetFilter,
     CreatedRangeFilter,
@@ -47,6 +48,7 @@ from movements.models import (
 from movements.policies import Action, Rule
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
+from movements.states import RequestState
 from qtg.core import money
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
@@ -215,8 +217,8 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline)
-    readonly_fields = ("amount_display",)
+    inlines = (NodeInline, ApprovalInline, OverrideInline, EventInline)
+    readonly_fields = ("amount_display", "approval_progress")
     fieldsets = (
         (
             "Movement",
@@ -240,6 +242,8 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                 "fields": (
                     "created_by",
                     "created_at",
+                    "approval_progress",
+                    "approval_policy",
                     "approved_by",
                     "approved_at",
                     "expires_at",
@@ -306,20 +310,34 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     def short_id(self, obj):
         return obj.short_id
 
+    @admin.display(description="approvals")
+    def approval_progress(self, obj) -> str:
+        """n of m approvals, and the groups still missing (the policy's quorum)."""
+        approvals = policies.valid_approvals(obj)
+        text = f"{len(approvals)} of {obj.approvals_required} approvals"
+        if missing := policies.missing_groups(obj, approvals):
+            text += f"; still needs someone from {', '.join(missing)}"
+        return text
+
     @admin.display(description="state", ordering="request_state")
     def state_badge(self, obj):
         now = timezone.now()
         entries = [
             entry for entry in getattr(obj, "open_attentions_list", []) if entry.needs_someone(now)
         ]
+        badge = request_state_badge(obj.request_state)
+        if obj.request_state == RequestState.PENDING_APPROVAL and obj.approvals_required > 1:
+            badge = format_html(
+                '{}<div class="qtg-progress">{}</div>', badge, self.approval_progress(obj)
+            )
         if not entries:
-            return request_state_badge(obj.request_state)
+            return badge
         flags = format_html_join(
             "",
             '<div class="qtg-warn" title="{}">⚑ {}: {}</div>',
             ((e.message, e.get_reason_display(), e.node_key) for e in entries),
         )
-        return format_html("{}{}", request_state_badge(obj.request_state), flags)
+        return format_html("{}{}", badge, flags)
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):

@@ -92,7 +92,8 @@ def requirement_detail(request: MovementRequest) -> dict[str, Any]:
     }
 
 
-def _validate_policy(fields: dict[str, Any]) -> None:
+def approval_policy_validate(fields: dict[str, Any]) -> None:
+    """Refuse a policy version that could never be met or reads ambiguously."""
     errors: dict[str, list[str]] = {}
     if not fields.get("key"):
         errors["key"] = ["required"]
@@ -138,7 +139,7 @@ def approval_policy_propose(
         "amount_up_to": amount_up_to,
         "note": note,
     }
-    _validate_policy(fields)
+    approval_policy_validate(fields)
     # Versions of one key are numbered under a lock on its existing rows.
     list(ApprovalPolicy.objects.select_for_update().filter(key=fields["key"]))
     last = ApprovalPolicy.objects.filter(key=fields["key"]).aggregate(v=Max("version"))["v"]
