@@ -479,12 +479,22 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                         request, f"{action.label} refused: {exc.message}", messages.ERROR
                     )
                 else:
-                    self.message_user(
-                        request,
-                        f"{action.label}: movement {movement.short_id} is now "
-                        f"{updated.request_state}.",
-                        messages.SUCCESS,
-                    )
+                    proposal = getattr(updated, "proposed_override", None)
+                    if proposal is not None:
+                        self.message_user(
+                            request,
+                            f"{action.label} proposed: another supervisor confirms it on the "
+                            f"Override proposals page before "
+                            f"{proposal.expires_at:%Y-%m-%d %H:%M} UTC.",
+                            messages.WARNING,
+                        )
+                    else:
+                        self.message_user(
+                            request,
+                            f"{action.label}: movement {movement.short_id} is now "
+                            f"{updated.request_state}.",
+                            messages.SUCCESS,
+                        )
                 return HttpResponseRedirect(self._change_url(movement))
         else:
             refusal = action.refusal(situation)
