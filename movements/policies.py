@@ -43,7 +43,13 @@ from movements.states import (
 )
 from qtg.core import policies as core
 from qtg.core.actors import Actor
-from qtg.core.errors import AcknowledgementRequired, InvalidInput, NotFound, NotPermitted
+from qtg.core.errors import (
+    AcknowledgementRequired,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    TwoPersonRequired,
+)
 from qtg.core.policies import Refusal, lacks_permission
 
 RS = RequestState
@@ -590,6 +596,7 @@ def two_person_refusal(
         Rule.TWO_PERSON,
         f"two-person rule: {label} is proposed by one supervisor and confirmed by another",
         {"current_state": movement.request_state, "override": str(action)},
+        error=TwoPersonRequired,
     )
 
 

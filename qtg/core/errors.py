@@ -63,6 +63,12 @@ class DestinationNotAllowlisted(QTGError):
     http_status = 409
 
 
+class TwoPersonRequired(ActionRefused):
+    """The override is carried out only when a second supervisor confirms a proposal of it."""
+
+    code = "two_person_required"
+
+
 class AcknowledgementRequired(ActionRefused):
     """The action is allowed only with an explicit acknowledgement of its consequence."""
 

@@ -18,6 +18,7 @@ from movements.services.overrides import override_confirm, override_propose
 from movements.states import NodeState as NS
 from movements.states import RequestState as RS
 from qtg.core.errors import ActionRefused, NotPermitted
+from tests.api.conftest import client_for, movement_url, post_json
 from tests.approvals.conftest import act
 from tests.movements.drive import WORKER, node, run_node
 
@@ -233,3 +234,16 @@ def test_resolving_unknown_as_completed_stays_a_one_person_action(make_movement,
     )
 
     assert node(request, "withdraw").node_state == NS.COMPLETED
+
+
+def test_the_api_refuses_a_cancel_in_transit_under_the_two_person_rule(in_transit, carol):
+    response = post_json(
+        client_for(carol),
+        movement_url(in_transit.pk, "cancel"),
+        {"reason": "stop", "acknowledge_funds_in_transit": True},
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "two_person_required"
+    in_transit.refresh_from_db()
+    assert in_transit.request_state == RS.EXECUTING
