@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -293,11 +294,8 @@ class OverrideProposalAdmin(admin.ModelAdmin):
 
     @admin.display(description="movement")
     def movement(self, proposal: OverrideProposal) -> str:
-        return format_html(
-            '<a href="../movementrequest/{}/change/">{}</a>',
-            proposal.request_id,
-            proposal.request.short_id,
-        )
+        url = reverse("admin:movements_movementrequest_change", args=[proposal.request_id])
+        return format_html('<a href="{}">{}</a>', url, proposal.request.short_id)
 
     @admin.display(description="status")
     def state(self, proposal: OverrideProposal) -> str:

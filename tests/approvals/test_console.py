@@ -137,3 +137,18 @@ def test_the_movement_page_shows_the_approval_progress(client, make_movement, su
 
     assert "1 of 2 approvals" in page
     assert "user:sup1" in page
+
+
+def test_the_override_proposals_page_links_each_movement(client, make_movement, sup1, settings):
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    movement = make_movement("cex_to_cex", approve=True)
+    run_node(movement, "withdraw", NS.COMPLETED)
+    run_node(movement, "withdraw_observe", NS.COMPLETED)
+    movement = run_node(movement, "deposit_observe", NS.FAILED)
+    client = logged_in(client, sup1)
+    post_action(client, movement, "force_complete", {"reason": "on the statement"})
+
+    page = client.get(reverse("admin:movements_overrideproposal_changelist")).content.decode()
+
+    assert change_url(movement) in page
+    assert "PROPOSED" in page
