@@ -711,7 +711,9 @@ def intervention_force_complete(
     reason: str,
     override: OverrideProposal | None = None,
 ) -> MovementRequest:
-    """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed."""
+    """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed.
+    Under the two-person rule only as the confirmation of another supervisor's proposal
+    (``override``; ``movements.services.overrides``)."""
     enforce(permission_refusal(actor, Action.FORCE_COMPLETE))
     reason = _require_reason(reason, "force-complete")
     request = _lock_request(request)
@@ -729,7 +731,8 @@ def intervention_force_fail(
     override: OverrideProposal | None = None,
 ) -> MovementRequest:
     """MANUAL_INTERVENTION -> FAILED on an operator's word; the reservation stays held when a
-    side effect completed (an operator settles it)."""
+    side effect completed (an operator settles it). Under the two-person rule only as the
+    confirmation of another supervisor's proposal (``override``)."""
     enforce(permission_refusal(actor, Action.FORCE_FAIL))
     reason = _require_reason(reason, "force-fail")
     request = _lock_request(request)
