@@ -32,7 +32,7 @@ def pytest_configure(config):
     # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # The suite's destinations are sandbox venue accounts and its operator actions are taken
-    # by one supervisor: the address book and the two-person rule (both on by default) are
+    # by one supervisor: the address book and the two-person rule (on in production) are
     # off here, and their own tests (tests/approvals/) turn them on. Set in the environment
     # too, for the worker processes the slow tests start.
     for name in ("QTG_ADDRESS_BOOK_ENFORCED", "QTG_TWO_PERSON_OVERRIDES"):
