@@ -58,6 +58,9 @@ class ProblemSerializer(serializers.Serializer):
         help_text="Field errors (field name -> list of messages) or facts about the refusal, "
         "e.g. `current_state` on a 409.",
     )
+    message = serializers.CharField(
+        help_text="Deprecated: the same text as `detail` (the v1.0 error shape's name for it)."
+    )
 
 
 # --- Input -----------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/problem+json"
     body = response.json()
-    assert set(body) == {"type", "title", "status", "detail", "code", "details"}
+    assert set(body) == {"type", "title", "status", "detail", "code", "details", "message"}
+    assert body["message"] == body["detail"]
     assert body["status"] == status
     assert body["type"] == f"urn:qtg:problem:{body['code']}"
     assert isinstance(body["title"], str) and body["title"]
