@@ -11,6 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from qtg.profile import production_problems, profile_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("QTG_VAR_DIR", BASE_DIR / "var"))
@@ -24,13 +27,12 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-# "embedded" is the one-command default; "production" turns off everything demo-only.
-QTG_PROFILE = os.environ.get("QTG_PROFILE", "embedded")
-EMBEDDED = QTG_PROFILE != "production"
+# "embedded" is the one-command demo (`make run`, `make test` set it); "production" turns off
+# everything demo-only. Named exactly or the start stops (qtg/profile.py): never guessed.
+QTG_PROFILE = profile_from_env(os.environ.get("QTG_PROFILE"))
+EMBEDDED = QTG_PROFILE == "embedded"
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "qtg-embedded-insecure-key" if EMBEDDED else "")
-if not SECRET_KEY:
-    raise RuntimeError("DJANGO_SECRET_KEY must be set in production")
 DEBUG = env_bool("DJANGO_DEBUG", EMBEDDED)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",")
 
@@ -104,9 +106,6 @@ DB_IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
-]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -119,7 +118,11 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "admin:login"
 
 # --- Movements -------------------------------------------------------------------------------
-QTG_ROUTE_TEMPLATE_DIR = BASE_DIR / "movements" / "route_templates"
+# The shipped templates name the sandbox venues' executors; a deployment with its own venue
+# apps points this at its own templates.
+QTG_ROUTE_TEMPLATE_DIR = Path(
+    os.environ.get("QTG_ROUTE_TEMPLATE_DIR", BASE_DIR / "movements" / "route_templates")
+)
 # Approval window given to a movement that does not ask for its own.
 QTG_DEFAULT_APPROVAL_TTL = timedelta(
     seconds=int(os.environ.get("QTG_DEFAULT_APPROVAL_TTL_SECONDS", 24 * 3600))
@@ -254,3 +257,48 @@ LOGGING = {
     # httpx logs every webhook POST at INFO; delivery outcomes are logged by callbacks.
     "loggers": {"httpx": {"level": "WARNING"}},
 }
+
+
+# === Security (issue 17) ==========================================================================
+# Kept in one block. What production refuses to start with is in qtg/profile.py and the README's
+# deployment section.
+if not EMBEDDED:
+    _problems = production_problems(
+        secret_key=SECRET_KEY, debug=DEBUG, sandbox_enabled=QTG_SANDBOX_ENABLED
+    )
+    if _problems:
+        raise ImproperlyConfigured(
+            "QTG_PROFILE=production refuses to start: " + "; ".join(_problems)
+        )
+
+# HTTPS: cookies only over TLS, HSTS, redirect plain HTTP. On by default in production; the
+# proxy header is trusted only when named (e.g. "HTTP_X_FORWARDED_PROTO:https"), because a
+# proxy that does not overwrite it lets any client claim TLS.
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", not EMBEDDED)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", not EMBEDDED)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not EMBEDDED)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0" if EMBEDDED else str(365 * 24 * 3600))
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not EMBEDDED)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not EMBEDDED)
+_proxy_ssl_header = os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    _header, _, _value = _proxy_ssl_header.partition(":")
+    if not _header or not _value:
+        raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER:value")
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
+# An operator session ends after this long (default 8 hours), and when the browser closes.
+SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_COOKIE_AGE", str(8 * 3600)))
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("DJANGO_SESSION_EXPIRE_AT_BROWSER_CLOSE", True)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
