@@ -308,6 +308,8 @@ class MovementEvent(AppendOnlyModel):
     actor_id = models.CharField(max_length=128, blank=True)
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # sha256 over this event's content and the previous event of the movement (movements/audit.py).
+    chain_hash = models.CharField(max_length=64, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]

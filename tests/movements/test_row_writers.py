@@ -23,6 +23,7 @@ from movements.executors.base import (
     Recovery,
     TransientError,
 )
+from movements.audit import verify_chain
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
 from movements.selectors import current_nodes as current_nodes_after
@@ -115,7 +116,10 @@ def snapshot(*requests: MovementRequest) -> list[Any]:
                 "reservations": list(
                     Reservation.objects.filter(request_id=fresh.pk).values_list("state", "amount")
                 ),
-                "events": [_fields(e, "id", "request_id", "node_id") for e in events],
+                # The chain hashes cover ids and times, which differ between runs: each run's
+                # chain is verified instead.
+                "events": [_fields(e, "id", "request_id", "node_id", "chain_hash") for e in events],
+                "chain_breaks": verify_chain(events),
             }
         )
     return _plain(rows, aliases)
