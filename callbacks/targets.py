@@ -1,10 +1,10 @@
 """Which webhook target URLs QTG will call.
 
-http(s) only, a host is required, and every address the host resolves to must be globally routable unless
-``QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS`` is on (the embedded default): a webhook must not become
-a way to reach the services next to QTG. The check runs when a subscription is saved and again
-before every attempt, because DNS answers change; the attempt then connects to the very address
-it checked (``pin_target_url``).
+http(s) only, a host is required, and every address the host resolves to must be globally
+routable unless ``QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS`` is on (the embedded default): a webhook
+must not become a way to reach the services next to QTG. The check runs when a subscription is
+saved and again before every attempt, because DNS answers change; the attempt then connects to
+the very address it checked (``pin_target_url``).
 """
 
 import ipaddress

@@ -119,11 +119,10 @@ class CreatedRangeFilter(admin.ListFilter):
         tz = timezone.get_current_timezone()
         if self.start:
             queryset = queryset.filter(created_at__gte=datetime.combine(self.start, time(), tz))
-        if self.end:
-            # The last representable day has no next day: "up to the end of time" is no bound.
-            if self.end < date.max:
-                end = datetime.combine(self.end + timedelta(days=1), time(), tz)
-                queryset = queryset.filter(created_at__lt=end)
+        # The last representable day has no next day: "up to the end of time" is no bound.
+        if self.end and self.end < date.max:
+            end = datetime.combine(self.end + timedelta(days=1), time(), tz)
+            queryset = queryset.filter(created_at__lt=end)
         return queryset
 
     def choices(self, changelist):

@@ -214,5 +214,5 @@ def test_a_name_with_one_private_address_among_public_ones_is_refused(monkeypatc
 
     monkeypatch.setattr(targets.socket, "getaddrinfo", fake_getaddrinfo)
 
-    with pytest.raises(TargetRefused, match="100.100.100.200"):
+    with pytest.raises(TargetRefused, match=r"100\.100\.100\.200"):
         pin_target_url("https://hooks.example.test/qtg")

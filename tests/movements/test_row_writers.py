@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
+from movements.audit import verify_chain
 from movements.executors.base import (
     Observation,
     ObservedStatus,
@@ -23,7 +24,6 @@ from movements.executors.base import (
     Recovery,
     TransientError,
 )
-from movements.audit import verify_chain
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
 from movements.selectors import current_nodes as current_nodes_after

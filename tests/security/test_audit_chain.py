@@ -79,7 +79,7 @@ def test_audit_verify_reports_an_edited_event(make_movement):
 @pytest.mark.skipif("connection.vendor == 'postgresql'", reason="the trigger refuses the delete")
 def test_audit_verify_reports_a_removed_event(make_movement):
     movement = make_movement(approve=True)
-    first, second, *rest = _events(movement)
+    first, second, *_ = _events(movement)
     _raw("DELETE FROM {table} WHERE id = %s", [first.pk])
     out = StringIO()
 
@@ -99,6 +99,9 @@ def test_postgresql_refuses_to_change_or_delete_an_audit_event(make_movement, mo
     assert model.objects.exists()
     sql = statement.format(table=model._meta.db_table, column=model._meta.pk.column)
 
-    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql)
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql)
