@@ -284,6 +284,10 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
         )
 
 
+# The key of an event's detail that only operators read (the admin); the API leaves it out.
+OPERATOR_DETAIL = "operator"
+
+
 class MovementEvent(AppendOnlyModel):
     """One audit record: a state transition, or evidence recorded without a state change."""
 

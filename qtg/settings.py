@@ -153,6 +153,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "NodeKindEnum": "movements.models.NodeKind",
         "EventKindEnum": "movements.models.MovementEvent.Kind",
+        "VenueEnum": "qtg.core.venues.venue_choices",
     },
 }
 
@@ -292,6 +293,27 @@ if _proxy_ssl_header:
 # An operator session ends after this long (default 8 hours), and when the browser closes.
 SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_COOKIE_AGE", str(8 * 3600)))
 SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("DJANGO_SESSION_EXPIRE_AT_BROWSER_CLOSE", True)
+
+# Venues a movement may name as source or destination (comma-separated; compared in canonical
+# form: trimmed, lower case, no trailing dot). The sandbox's exchanges when it is on; production
+# names its own, and refuses every movement until it does.
+QTG_VENUES = [
+    name.strip()
+    for name in os.environ.get(
+        "QTG_VENUES",
+        "sandbox-exchange-a,sandbox-exchange-b,sandbox-exchange-c" if QTG_SANDBOX_ENABLED else "",
+    ).split(",")
+    if name.strip()
+]
+# The longest approval window a movement may ask for: while it waits, its amount is HELD
+# against the hardcap.
+QTG_MAX_APPROVAL_TTL = timedelta(
+    seconds=int(os.environ.get("QTG_MAX_APPROVAL_TTL_SECONDS", 24 * 3600))
+)
+# The API reads at most this many bytes of a request body (413 beyond), and a movement's params
+# at most this many bytes of JSON.
+QTG_API_MAX_BODY_BYTES = int(os.environ.get("QTG_API_MAX_BODY_BYTES", 64 * 1024))
+QTG_API_MAX_PARAMS_BYTES = int(os.environ.get("QTG_API_MAX_PARAMS_BYTES", 16 * 1024))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

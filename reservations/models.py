@@ -12,6 +12,7 @@ from django_fsm import FSMField, FSMModelMixin, transition
 from qtg.core.actors import ActorType
 from qtg.core.models import AppendOnlyModel
 from qtg.core.money import MONEY
+from qtg.core.venues import canonical_venue
 
 POSITIVE = [MinValueValidator(Decimal("0.000000000000000001"))]
 
@@ -70,7 +71,7 @@ class Hardcap(models.Model):
 
     def clean(self) -> None:
         self.asset = (self.asset or "").strip().upper()
-        self.source = (self.source or "").strip()
+        self.source = canonical_venue(self.source)
         if not self.asset:
             raise ValidationError({"asset": "required"})
 

@@ -23,6 +23,7 @@ from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount
 from qtg.core.policies import enforce
+from qtg.core.venues import canonical_venue
 from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
 from reservations.policies import settle_permission_refusal, settle_refusal
 
@@ -74,9 +75,11 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
     if in_flight + amount > cap.max_in_flight:
         figures = {"cap": format_amount(cap.max_in_flight), "in_flight": format_amount(in_flight)}
         raise ReservationRefused(
-            f"{cap} refuses {scope['asked']} {cap.asset}: {figures['in_flight']} already in "
-            f"flight, the cap is {figures['cap']}",
-            details={**scope, **figures},
+            f"{cap} refuses {scope['asked']} {cap.asset}: no room in flight now",
+            details=scope,
+            operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
+            f"{figures['in_flight']} already in flight, the cap is {figures['cap']}",
+            operator_details=figures,
         )
     if cap.max_per_24h is not None:
         used = hardcap_used_24h(hardcap=cap, now=now)
@@ -86,9 +89,12 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
                 "used_24h": format_amount(used),
             }
             raise ReservationRefused(
-                f"{cap} refuses {scope['asked']} {cap.asset}: {figures['used_24h']} reserved in "
-                f"the last 24 hours, the 24-hour limit is {figures['limit_24h']}",
-                details={**scope, **figures},
+                f"{cap} refuses {scope['asked']} {cap.asset}: its 24-hour limit has no room now",
+                details=scope,
+                operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
+                f"{figures['used_24h']} reserved in the last 24 hours, the 24-hour limit is "
+                f"{figures['limit_24h']}",
+                operator_details=figures,
             )
 
 
@@ -260,7 +266,7 @@ def hardcap_ensure(
     asset = asset.strip().upper()
     cap, _ = Hardcap.objects.get_or_create(
         asset=asset,
-        source=source.strip(),
+        source=canonical_venue(source),
         defaults={
             "max_in_flight": Decimal(str(max_in_flight)),
             "max_per_24h": Decimal(str(max_per_24h)) if max_per_24h is not None else None,

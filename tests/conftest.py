@@ -25,10 +25,15 @@ ALL_MOVEMENT_PERMS = [
 ]
 
 
+TEST_VENUES = ("a", "b", "venue-a", "venue-b", "venue-x", "venue-y", "wallet-9")
+
+
 def pytest_configure(config):
     # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
     # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Venues the suite's movements name besides the sandbox's exchanges.
+    settings.QTG_VENUES = [*settings.QTG_VENUES, *TEST_VENUES]
 
 
 def pytest_collection_modifyitems(config, items):
