@@ -310,6 +310,11 @@ QTG_VENUES = [
 QTG_MAX_APPROVAL_TTL = timedelta(
     seconds=int(os.environ.get("QTG_MAX_APPROVAL_TTL_SECONDS", 24 * 3600))
 )
+# One client (the user creating movements) may have at most this many movements awaiting
+# approval, holding at most this share of each hardcap; overridden per user or group by a
+# ClientLimit row (admin: Reservations > Client limits).
+QTG_CLIENT_MAX_PENDING_COUNT = int(os.environ.get("QTG_CLIENT_MAX_PENDING_COUNT", "20"))
+QTG_CLIENT_MAX_PENDING_SHARE = os.environ.get("QTG_CLIENT_MAX_PENDING_SHARE", "0.25")
 # The API reads at most this many bytes of a request body (413 beyond), and a movement's params
 # at most this many bytes of JSON.
 QTG_API_MAX_BODY_BYTES = int(os.environ.get("QTG_API_MAX_BODY_BYTES", 64 * 1024))

@@ -34,6 +34,10 @@ def pytest_configure(config):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # Venues the suite's movements name besides the sandbox's exchanges.
     settings.QTG_VENUES = [*settings.QTG_VENUES, *TEST_VENUES]
+    # One test client fills whole hardcaps on purpose; the per-client limits have their own
+    # tests (tests/security/test_client_limits.py).
+    settings.QTG_CLIENT_MAX_PENDING_COUNT = 10_000
+    settings.QTG_CLIENT_MAX_PENDING_SHARE = "1"
 
 
 def pytest_collection_modifyitems(config, items):
