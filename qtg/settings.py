@@ -320,6 +320,14 @@ QTG_CLIENT_MAX_PENDING_SHARE = os.environ.get("QTG_CLIENT_MAX_PENDING_SHARE", "0
 QTG_API_MAX_BODY_BYTES = int(os.environ.get("QTG_API_MAX_BODY_BYTES", 64 * 1024))
 QTG_API_MAX_PARAMS_BYTES = int(os.environ.get("QTG_API_MAX_PARAMS_BYTES", 16 * 1024))
 
+# The API schema (/api/schema/) and docs page (/api/docs/) only for signed-in users (the
+# console session or an API token); open on the embedded demo.
+QTG_API_DOCS_REQUIRE_LOGIN = env_bool("QTG_API_DOCS_REQUIRE_LOGIN", not EMBEDDED)
+
+# DEBUG pages and error reports mask the password inside DATABASE_URL, CELERY_BROKER_URL and
+# any other URL they show (qtg/reporting.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "qtg.reporting.CredentialMaskingFilter"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {

@@ -114,11 +114,12 @@ def test_check_deploy_is_clean_in_production(tmp_path):
     assert "no issues" in result.stdout
 
 
-def test_production_sends_cookies_over_tls_only_with_hsts_and_a_redirect(tmp_path):
+def test_production_sends_cookies_over_tls_only_with_hsts_a_redirect_and_private_docs(tmp_path):
     code = (
         "from django.conf import settings as s; print(s.SESSION_COOKIE_SECURE, "
         "s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS > 0, "
-        "s.SECURE_PROXY_SSL_HEADER, s.SESSION_COOKIE_AGE, 'sandbox' in s.INSTALLED_APPS)"
+        "s.SECURE_PROXY_SSL_HEADER, s.SESSION_COOKIE_AGE, 'sandbox' in s.INSTALLED_APPS, "
+        "s.QTG_API_DOCS_REQUIRE_LOGIN)"
     )
     result = manage(
         "shell",
@@ -141,4 +142,5 @@ def test_production_sends_cookies_over_tls_only_with_hsts_and_a_redirect(tmp_pat
         "'https')",
         "3600",
         "False",
+        "True",
     ]
