@@ -6,7 +6,7 @@ from django.conf import settings
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 
-from movements.api.authentication import StrictTokenAuthentication
+from access.authentication import ApiTokenAuthentication
 
 
 class DocsAccess(BasePermission):
@@ -18,5 +18,5 @@ class DocsAccess(BasePermission):
 
 DOCS_VIEW_OPTIONS = {
     "permission_classes": [DocsAccess],
-    "authentication_classes": [SessionAuthentication, StrictTokenAuthentication],
+    "authentication_classes": [SessionAuthentication, ApiTokenAuthentication],
 }

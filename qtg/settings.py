@@ -320,6 +320,18 @@ QTG_CLIENT_MAX_PENDING_SHARE = os.environ.get("QTG_CLIENT_MAX_PENDING_SHARE", "0
 QTG_API_MAX_BODY_BYTES = int(os.environ.get("QTG_API_MAX_BODY_BYTES", 64 * 1024))
 QTG_API_MAX_PARAMS_BYTES = int(os.environ.get("QTG_API_MAX_PARAMS_BYTES", 16 * 1024))
 
+# API tokens (access app): stored as a digest, minted with `manage.py api_token_create` or by a
+# superuser in the admin, valid this many days (at most QTG_API_TOKEN_MAX_DAYS).
+INSTALLED_APPS.append("access")
+INSTALLED_APPS.remove("rest_framework.authtoken")
+QTG_API_TOKEN_LIFETIME = timedelta(days=int(os.environ.get("QTG_API_TOKEN_DAYS", "90")))
+QTG_API_TOKEN_MAX_LIFETIME = timedelta(days=int(os.environ.get("QTG_API_TOKEN_MAX_DAYS", "365")))
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = ["access.authentication.ApiTokenAuthentication"]
+# Requests per client (the token's user; the address when anonymous), counted in the cache:
+# several web processes need a shared cache (CACHES) for one count.
+QTG_API_THROTTLE_USER = os.environ.get("QTG_API_THROTTLE_USER", "600/min")
+QTG_API_THROTTLE_ANON = os.environ.get("QTG_API_THROTTLE_ANON", "60/min")
+
 # The API schema (/api/schema/) and docs page (/api/docs/) only for signed-in users (the
 # console session or an API token); open on the embedded demo.
 QTG_API_DOCS_REQUIRE_LOGIN = env_bool("QTG_API_DOCS_REQUIRE_LOGIN", not EMBEDDED)

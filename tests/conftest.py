@@ -38,6 +38,9 @@ def pytest_configure(config):
     # tests (tests/security/test_client_limits.py).
     settings.QTG_CLIENT_MAX_PENDING_COUNT = 10_000
     settings.QTG_CLIENT_MAX_PENDING_SHARE = "1"
+    # Whole test modules call the API as one user within a minute; the throttles have their
+    # own test.
+    settings.QTG_API_THROTTLE_USER = settings.QTG_API_THROTTLE_ANON = "1000000/min"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,7 +21,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from movements.api.authentication import StrictTokenAuthentication
+from access.authentication import ApiTokenAuthentication
+from access.throttles import AnonymousRateThrottle, ClientRateThrottle
 from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma
 from movements.api.filters import MovementFilter
 from movements.api.pagination import MovementPagination
@@ -82,8 +83,9 @@ MOVEMENT_ID = OpenApiParameter(
 class APIDefaults:
     # What every endpoint of the API shares (a mixin without a docstring: drf-spectacular
     # would publish it as the description of every operation).
-    authentication_classes = [StrictTokenAuthentication]
+    authentication_classes = [ApiTokenAuthentication]
     permission_classes = [IsAuthenticated]
+    throttle_classes = [ClientRateThrottle, AnonymousRateThrottle]
     parser_classes = [StrictJSONParser]
     # JSON only: the browsable API needs session login, which a token API does not offer.
     renderer_classes = [JSONRenderer]
