@@ -23,6 +23,7 @@ def mask_url_passwords(text: str) -> str:
 class CredentialMaskingFilter(SafeExceptionReporterFilter):
     def cleanse_setting(self, key, value):
         value = super().cleanse_setting(key, value)
-        if isinstance(value, str):
+        # Plain strings only: a lazy object (some apps put them in settings) stays unevaluated.
+        if type(value) is str:
             return mask_url_passwords(value)
         return value

@@ -332,6 +332,29 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = ["access.authentication.ApiTo
 QTG_API_THROTTLE_USER = os.environ.get("QTG_API_THROTTLE_USER", "600/min")
 QTG_API_THROTTLE_ANON = os.environ.get("QTG_API_THROTTLE_ANON", "60/min")
 
+# Console sign-in: django-axes locks an account (per username and address) after
+# AXES_FAILURE_LIMIT failures for AXES_COOLOFF_TIME hours; a second factor (django-otp) is
+# required of staff holding approve/resolve/force permissions when QTG_OTP_REQUIRED is on
+# (access/second_factor.py).
+INSTALLED_APPS += ["axes", "django_otp", "django_otp.plugins.otp_totp"]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "django_otp.middleware.OTPMiddleware",
+)
+MIDDLEWARE.append("access.second_factor.SecondFactorMiddleware")
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(hours=float(os.environ.get("AXES_COOLOFF_TIME", "1")))
+AXES_VERBOSE = False
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+QTG_OTP_REQUIRED = env_bool("QTG_OTP_REQUIRED", not EMBEDDED)
+OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "QTG")
+
 # The API schema (/api/schema/) and docs page (/api/docs/) only for signed-in users (the
 # console session or an API token); open on the embedded demo.
 QTG_API_DOCS_REQUIRE_LOGIN = env_bool("QTG_API_DOCS_REQUIRE_LOGIN", not EMBEDDED)
