@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
+# The benchmark drives the sandbox venues: the embedded profile, named (the settings never guess).
+os.environ.setdefault("QTG_PROFILE", "embedded")
 # Chains mine (almost) instantly and nothing waits between polls: we measure the services.
 os.environ.setdefault("QTG_SANDBOX_TIME_SCALE", "0.0001")
 os.environ.setdefault("QTG_OBSERVE_POLL_SECONDS", "0")
