@@ -8,7 +8,7 @@ from qtg.core.immutable import drop_append_only, make_append_only
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('movements', '0003_money_safety'),
+        ('movements', '0004_approvals_address_book_overrides'),
     ]
 
     operations = [
