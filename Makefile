@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The settings refuse to guess a profile (qtg/profile.py): the one-command demo and the suite
+# run the embedded one unless the caller names another.
+QTG_PROFILE ?= embedded
+export QTG_PROFILE
 
 .PHONY: install run test lint bench
 

@@ -48,6 +48,7 @@ def main() -> None:
         os.environ["QTG_SQLITE_PATH"] = args.sqlite or str(Path(scratch) / "bench.sqlite3")
         os.environ["QTG_VAR_DIR"] = scratch
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
+    os.environ.setdefault("QTG_PROFILE", "embedded")  # a scratch demo database
     os.environ["DJANGO_DEBUG"] = "false"
 
     import django

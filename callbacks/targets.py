@@ -1,10 +1,10 @@
 """Which webhook target URLs QTG will call.
 
-http(s) only, a host is required, and every address the host resolves to must be public unless
-``QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS`` is on (the embedded default): a webhook must not become
-a way to reach the services next to QTG. The check runs when a subscription is saved and again
-before every attempt, because DNS answers change; the attempt then connects to the very address
-it checked (``pin_target_url``).
+http(s) only, a host is required, and every address the host resolves to must be globally
+routable unless ``QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS`` is on (the embedded default): a webhook
+must not become a way to reach the services next to QTG. The check runs when a subscription is
+saved and again before every attempt, because DNS answers change; the attempt then connects to
+the very address it checked (``pin_target_url``).
 """
 
 import ipaddress
@@ -21,16 +21,37 @@ class TargetRefused(ValueError):
     """The URL is not one QTG will send webhooks to."""
 
 
+# Special-purpose ranges Python 3.11's ``is_global`` still calls global (the IETF protocol
+# assignments block, 192.0.0.8 among them); newer Pythons agree they are not.
+_NOT_GLOBAL_EXTRA = (ipaddress.ip_network("192.0.0.0/24"),)
+# IPv6 prefixes that carry an IPv4 address inside (NAT64 well-known prefix): the wrapped
+# address is what a translator would reach, so it is checked too.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _wrapped(address: Address) -> list[Address]:
+    """The address itself and every IPv4 address it wraps (mapped, 6to4, Teredo, NAT64)."""
+    found: list[Address] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        for inner in (address.ipv4_mapped, address.sixtofour):
+            if inner is not None:
+                found.append(inner)
+        if address.teredo is not None:
+            found.extend(address.teredo)
+        if address in _NAT64:
+            found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
 def _is_private(address: Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    return (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_reserved
-        or address.is_unspecified
+    """Anything not globally routable is refused (private, loopback, link-local, shared
+    100.64/10 where cloud metadata lives, reserved, special-purpose), including an IPv4 address
+    wrapped in an IPv6 one."""
+    return any(
+        not candidate.is_global
+        or candidate.is_multicast
+        or any(candidate in net for net in _NOT_GLOBAL_EXTRA if candidate.version == net.version)
+        for candidate in _wrapped(address)
     )
 
 

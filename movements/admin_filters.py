@@ -1,6 +1,6 @@
 """Changelist filters of the operator console: state (with "needs me") and a date range."""
 
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 
 from django.contrib import admin
 from django.db import connection
@@ -119,7 +119,8 @@ class CreatedRangeFilter(admin.ListFilter):
         tz = timezone.get_current_timezone()
         if self.start:
             queryset = queryset.filter(created_at__gte=datetime.combine(self.start, time(), tz))
-        if self.end:
+        # The last representable day has no next day: "up to the end of time" is no bound.
+        if self.end and self.end < date.max:
             end = datetime.combine(self.end + timedelta(days=1), time(), tz)
             queryset = queryset.filter(created_at__lt=end)
         return queryset

@@ -302,6 +302,10 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
         )
 
 
+# The key of an event's detail that only operators read (the admin); the API leaves it out.
+OPERATOR_DETAIL = "operator"
+
+
 class MovementEvent(AppendOnlyModel):
     """One audit record: a state transition, or evidence recorded without a state change."""
 
@@ -326,6 +330,8 @@ class MovementEvent(AppendOnlyModel):
     actor_id = models.CharField(max_length=128, blank=True)
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # sha256 over this event's content and the previous event of the movement (movements/audit.py).
+    chain_hash = models.CharField(max_length=64, blank=True, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -11,6 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from qtg.profile import production_problems, profile_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("QTG_VAR_DIR", BASE_DIR / "var"))
@@ -24,13 +27,12 @@ def env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-# "embedded" is the one-command default; "production" turns off everything demo-only.
-QTG_PROFILE = os.environ.get("QTG_PROFILE", "embedded")
-EMBEDDED = QTG_PROFILE != "production"
+# "embedded" is the one-command demo (`make run`, `make test` set it); "production" turns off
+# everything demo-only. Named exactly or the start stops (qtg/profile.py): never guessed.
+QTG_PROFILE = profile_from_env(os.environ.get("QTG_PROFILE"))
+EMBEDDED = QTG_PROFILE == "embedded"
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "qtg-embedded-insecure-key" if EMBEDDED else "")
-if not SECRET_KEY:
-    raise RuntimeError("DJANGO_SECRET_KEY must be set in production")
 DEBUG = env_bool("DJANGO_DEBUG", EMBEDDED)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",")
 
@@ -104,9 +106,6 @@ DB_IS_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
-]
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -119,7 +118,11 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "admin:login"
 
 # --- Movements -------------------------------------------------------------------------------
-QTG_ROUTE_TEMPLATE_DIR = BASE_DIR / "movements" / "route_templates"
+# The shipped templates name the sandbox venues' executors; a deployment with its own venue
+# apps points this at its own templates.
+QTG_ROUTE_TEMPLATE_DIR = Path(
+    os.environ.get("QTG_ROUTE_TEMPLATE_DIR", BASE_DIR / "movements" / "route_templates")
+)
 # Approval window given to a movement that does not ask for its own.
 QTG_DEFAULT_APPROVAL_TTL = timedelta(
     seconds=int(os.environ.get("QTG_DEFAULT_APPROVAL_TTL_SECONDS", 24 * 3600))
@@ -168,6 +171,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "NodeKindEnum": "movements.models.NodeKind",
         "EventKindEnum": "movements.models.MovementEvent.Kind",
+        "VenueEnum": "qtg.core.venues.venue_choices",
     },
 }
 
@@ -283,3 +287,120 @@ LOGGING = {
     # httpx logs every webhook POST at INFO; delivery outcomes are logged by callbacks.
     "loggers": {"httpx": {"level": "WARNING"}},
 }
+
+
+# === Security (issue 17) ==========================================================================
+# Kept in one block. What production refuses to start with is in qtg/profile.py and the README's
+# deployment section.
+if not EMBEDDED:
+    _problems = production_problems(
+        secret_key=SECRET_KEY, debug=DEBUG, sandbox_enabled=QTG_SANDBOX_ENABLED
+    )
+    if _problems:
+        raise ImproperlyConfigured(
+            "QTG_PROFILE=production refuses to start: " + "; ".join(_problems)
+        )
+
+# HTTPS: cookies only over TLS, HSTS, redirect plain HTTP. On by default in production; the
+# proxy header is trusted only when named (e.g. "HTTP_X_FORWARDED_PROTO:https"), because a
+# proxy that does not overwrite it lets any client claim TLS.
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", not EMBEDDED)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", not EMBEDDED)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not EMBEDDED)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0" if EMBEDDED else str(365 * 24 * 3600))
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", not EMBEDDED)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", not EMBEDDED)
+_proxy_ssl_header = os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    _header, _, _value = _proxy_ssl_header.partition(":")
+    if not _header or not _value:
+        raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER:value")
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
+# An operator session ends after this long (default 8 hours), and when the browser closes.
+SESSION_COOKIE_AGE = int(os.environ.get("DJANGO_SESSION_COOKIE_AGE", str(8 * 3600)))
+SESSION_EXPIRE_AT_BROWSER_CLOSE = env_bool("DJANGO_SESSION_EXPIRE_AT_BROWSER_CLOSE", True)
+
+# Venues a movement may name as source or destination (comma-separated; compared in canonical
+# form: trimmed, lower case, no trailing dot). The sandbox's exchanges when it is on; production
+# names its own, and refuses every movement until it does.
+QTG_KNOWN_VENUES = [
+    name.strip()
+    for name in os.environ.get(
+        "QTG_KNOWN_VENUES",
+        "sandbox-exchange-a,sandbox-exchange-b,sandbox-exchange-c" if QTG_SANDBOX_ENABLED else "",
+    ).split(",")
+    if name.strip()
+]
+# The longest approval window a movement may ask for: while it waits, its amount is HELD
+# against the hardcap.
+QTG_MAX_APPROVAL_TTL = timedelta(
+    seconds=int(os.environ.get("QTG_MAX_APPROVAL_TTL_SECONDS", 24 * 3600))
+)
+# One client (the user creating movements) may have at most this many movements awaiting
+# approval, holding at most this share of each hardcap; overridden per user or group by a
+# ClientLimit row (admin: Reservations > Client limits).
+QTG_CLIENT_MAX_PENDING_COUNT = int(os.environ.get("QTG_CLIENT_MAX_PENDING_COUNT", "20"))
+QTG_CLIENT_MAX_PENDING_SHARE = os.environ.get("QTG_CLIENT_MAX_PENDING_SHARE", "0.25")
+# The API reads at most this many bytes of a request body (413 beyond), and a movement's params
+# at most this many bytes of JSON.
+QTG_API_MAX_BODY_BYTES = int(os.environ.get("QTG_API_MAX_BODY_BYTES", 64 * 1024))
+QTG_API_MAX_PARAMS_BYTES = int(os.environ.get("QTG_API_MAX_PARAMS_BYTES", 16 * 1024))
+
+# API tokens (access app): stored as a digest, minted with `manage.py api_token_create` or by a
+# superuser in the admin, valid this many days (at most QTG_API_TOKEN_MAX_DAYS).
+INSTALLED_APPS.append("access")
+# DRF's own tokens (rest_framework.authtoken, kept in clear) are accepted only where this is on:
+# the embedded profile, for clients and scripts of the v1.0 API (`manage.py drf_create_token`).
+# Production refuses them: mint hashed tokens with `manage.py api_token_create`.
+QTG_API_LEGACY_TOKENS = env_bool("QTG_API_LEGACY_TOKENS", EMBEDDED)
+QTG_API_TOKEN_LIFETIME = timedelta(days=int(os.environ.get("QTG_API_TOKEN_DAYS", "90")))
+QTG_API_TOKEN_MAX_LIFETIME = timedelta(days=int(os.environ.get("QTG_API_TOKEN_MAX_DAYS", "365")))
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = ["access.authentication.ApiTokenAuthentication"]
+# Requests per client (the token's user; the address when anonymous), counted in the cache:
+# several web processes need a shared cache (CACHES) for one count.
+QTG_API_THROTTLE_USER = os.environ.get("QTG_API_THROTTLE_USER", "600/min")
+QTG_API_THROTTLE_ANON = os.environ.get("QTG_API_THROTTLE_ANON", "60/min")
+
+# Console sign-in: django-axes locks an account (per username and address) after
+# AXES_FAILURE_LIMIT failures for AXES_COOLOFF_TIME hours; a second factor (django-otp) is
+# required of staff holding approve/resolve/force permissions when QTG_OTP_REQUIRED is on
+# (access/second_factor.py).
+INSTALLED_APPS += ["axes", "django_otp", "django_otp.plugins.otp_totp"]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "django_otp.middleware.OTPMiddleware",
+)
+MIDDLEWARE.append("access.second_factor.SecondFactorMiddleware")
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(hours=float(os.environ.get("AXES_COOLOFF_TIME", "1")))
+AXES_VERBOSE = False
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+QTG_OTP_REQUIRED = env_bool("QTG_OTP_REQUIRED", not EMBEDDED)
+OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "QTG")
+
+# The API schema (/api/schema/) and docs page (/api/docs/) only for signed-in users (the
+# console session or an API token); open on the embedded demo.
+QTG_API_DOCS_REQUIRE_LOGIN = env_bool("QTG_API_DOCS_REQUIRE_LOGIN", not EMBEDDED)
+
+# DEBUG pages and error reports mask the password inside DATABASE_URL, CELERY_BROKER_URL and
+# any other URL they show (qtg/reporting.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "qtg.reporting.CredentialMaskingFilter"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 12},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]

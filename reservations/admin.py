@@ -6,14 +6,27 @@ from django import forms
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
-from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from reservations.models import (
+    ClientLimit,
+    Hardcap,
+    Reservation,
+    ReservationEvent,
+    ReservationState,
+)
 from reservations.policies import Rule, settle_permission_refusal, settle_refusal
-from reservations.services import hardcap_in_flight, hardcap_used_24h, reservation_settle
+from reservations.services import (
+    client_pending_holds,
+    hardcap_in_flight,
+    hardcap_used_24h,
+    pending_holds_by_client,
+    reservation_settle,
+)
 
 
 @admin.register(Hardcap)
@@ -29,7 +42,7 @@ class HardcapAdmin(admin.ModelAdmin):
     )
     list_filter = ("is_active", "asset")
     search_fields = ("asset", "source", "note")
-    readonly_fields = ("in_flight", "used_24h", "created_at", "updated_at")
+    readonly_fields = ("in_flight", "used_24h", "pending_by_client", "created_at", "updated_at")
     fields = (
         "asset",
         "source",
@@ -39,6 +52,7 @@ class HardcapAdmin(admin.ModelAdmin):
         "note",
         "in_flight",
         "used_24h",
+        "pending_by_client",
         "created_at",
         "updated_at",
     )
@@ -54,6 +68,41 @@ class HardcapAdmin(admin.ModelAdmin):
     @admin.display(description="reserved in the last 24h")
     def used_24h(self, obj: Hardcap):
         return hardcap_used_24h(hardcap=obj) if obj.pk else "-"
+
+    @admin.display(description="held awaiting approval, per client")
+    def pending_by_client(self, obj: Hardcap):
+        rows = pending_holds_by_client(hardcap=obj) if obj.pk else []
+        if not rows:
+            return "-"
+        return format_html_join(
+            mark_safe("<br>"),
+            "{}: {} movement(s), {} {}",
+            (
+                (
+                    row["request__created_by__username"] or "(system)",
+                    row["count"],
+                    row["amount"],
+                    obj.asset,
+                )
+                for row in rows
+            ),
+        )
+
+
+@admin.register(ClientLimit)
+class ClientLimitAdmin(admin.ModelAdmin):
+    """Per user or group: how many movements may await approval, and what share of each
+    hardcap they may hold (blank = the QTG_CLIENT_MAX_PENDING_* settings)."""
+
+    list_display = ("__str__", "max_pending_count", "max_pending_share", "pending_now", "note")
+    autocomplete_fields = ("user", "group")
+    search_fields = ("user__username", "group__name", "note")
+
+    @admin.display(description="awaiting approval now")
+    def pending_now(self, obj: ClientLimit):
+        if obj.user_id is None:
+            return "-"
+        return client_pending_holds(user_id=obj.user_id).count()
 
 
 class ReservationEventInline(ReadOnlyInline):

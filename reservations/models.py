@@ -2,8 +2,9 @@
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -12,6 +13,7 @@ from django_fsm import FSMField, FSMModelMixin, transition
 from qtg.core.actors import ActorType
 from qtg.core.models import AppendOnlyModel
 from qtg.core.money import MONEY
+from qtg.core.venues import canonical_venue
 
 POSITIVE = [MinValueValidator(Decimal("0.000000000000000001"))]
 
@@ -70,7 +72,7 @@ class Hardcap(models.Model):
 
     def clean(self) -> None:
         self.asset = (self.asset or "").strip().upper()
-        self.source = (self.source or "").strip()
+        self.source = canonical_venue(self.source)
         if not self.asset:
             raise ValidationError({"asset": "required"})
 
@@ -142,3 +144,47 @@ class ReservationEvent(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.old_state or '-'} -> {self.new_state}"
+
+
+class ClientLimit(models.Model):
+    """How much one client (a user, or everyone in a group) may hold while its movements wait
+    for approval, overriding ``QTG_CLIENT_MAX_PENDING_COUNT`` / ``_SHARE``. A user's own row
+    wins; otherwise the most generous of the user's groups' rows applies, field by field."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="client_limit",
+    )
+    group = models.OneToOneField(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="client_limit"
+    )
+    max_pending_count = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Movements awaiting approval at once. Blank = the default setting.",
+    )
+    max_pending_share = models.DecimalField(
+        max_digits=5,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0")), MaxValueValidator(Decimal("1"))],
+        help_text="Share (0 to 1) of each hardcap its movements awaiting approval may hold. "
+        "Blank = the default setting.",
+    )
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, group__isnull=True)
+                | Q(user__isnull=True, group__isnull=False),
+                name="client_limit_user_or_group",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"limit for {self.user or self.group}"

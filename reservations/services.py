@@ -5,16 +5,20 @@ post-transition table (movements/services/effects.py) calls ``reservation_consum
 ``reservation_release``; operators settle what the table leaves HELD with
 ``reservation_settle``. Locks: the hardcap rows of a scope are locked (in primary-key order)
 before the in-flight sum is read, so concurrent holds against one cap queue instead of both
-seeing the same headroom. Consume and release only ever lower the in-flight sum and need no
+seeing the same headroom. A client's own holds awaiting approval are limited too (count, and a
+share of each hardcap: ``ClientLimit``), so no client can tie a cap up with movements nobody
+approved. Consume and release only ever lower the in-flight sum and need no
 hardcap lock.
 """
 
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -23,7 +27,14 @@ from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount
 from qtg.core.policies import enforce
-from reservations.models import Hardcap, Reservation, ReservationEvent, ReservationState
+from qtg.core.venues import canonical_venue
+from reservations.models import (
+    ClientLimit,
+    Hardcap,
+    Reservation,
+    ReservationEvent,
+    ReservationState,
+)
 from reservations.policies import settle_permission_refusal, settle_refusal
 
 VELOCITY_WINDOW = timedelta(hours=24)
@@ -74,9 +85,11 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
     if in_flight + amount > cap.max_in_flight:
         figures = {"cap": format_amount(cap.max_in_flight), "in_flight": format_amount(in_flight)}
         raise ReservationRefused(
-            f"{cap} refuses {scope['asked']} {cap.asset}: {figures['in_flight']} already in "
-            f"flight, the cap is {figures['cap']}",
-            details={**scope, **figures},
+            f"{cap} refuses {scope['asked']} {cap.asset}: no room in flight now",
+            details=scope,
+            operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
+            f"{figures['in_flight']} already in flight, the cap is {figures['cap']}",
+            operator_details=figures,
         )
     if cap.max_per_24h is not None:
         used = hardcap_used_24h(hardcap=cap, now=now)
@@ -86,9 +99,12 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
                 "used_24h": format_amount(used),
             }
             raise ReservationRefused(
-                f"{cap} refuses {scope['asked']} {cap.asset}: {figures['used_24h']} reserved in "
-                f"the last 24 hours, the 24-hour limit is {figures['limit_24h']}",
-                details={**scope, **figures},
+                f"{cap} refuses {scope['asked']} {cap.asset}: its 24-hour limit has no room now",
+                details=scope,
+                operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
+                f"{figures['used_24h']} reserved in the last 24 hours, the 24-hour limit is "
+                f"{figures['limit_24h']}",
+                operator_details=figures,
             )
 
 
@@ -113,6 +129,99 @@ def _record(
     )
 
 
+# Request states in which a held reservation is a "pending hold": nobody approved it yet.
+PENDING_REQUEST_STATES = ("RECEIVED", "VALIDATED", "PENDING_APPROVAL")
+
+
+@dataclass(frozen=True)
+class PendingLimits:
+    max_count: int
+    max_share: Decimal
+
+
+def client_pending_limits(user) -> PendingLimits:
+    """The client's limits on holds awaiting approval: its own ClientLimit, else the most
+    generous of its groups' (field by field), else the settings."""
+    count = settings.QTG_CLIENT_MAX_PENDING_COUNT
+    share = Decimal(str(settings.QTG_CLIENT_MAX_PENDING_SHARE))
+    own = ClientLimit.objects.filter(user=user).first()
+    if own is not None:
+        rows = [own]
+    else:
+        rows = list(ClientLimit.objects.filter(group__in=user.groups.all()))
+    counts = [row.max_pending_count for row in rows if row.max_pending_count is not None]
+    shares = [row.max_pending_share for row in rows if row.max_pending_share is not None]
+    return PendingLimits(max(counts) if counts else count, max(shares) if shares else share)
+
+
+def client_pending_holds(*, user_id: Any, asset: str | None = None, source: str = ""):
+    """The client's HELD reservations whose movement awaits approval (in a cap's scope)."""
+    qs = Reservation.objects.filter(
+        state=ReservationState.HELD,
+        request__created_by_id=user_id,
+        request__request_state__in=PENDING_REQUEST_STATES,
+    )
+    if asset is not None:
+        qs = qs.filter(asset=asset)
+    if source:
+        qs = qs.filter(source=source)
+    return qs
+
+
+def pending_holds_by_client(*, hardcap: Hardcap) -> list[dict[str, Any]]:
+    """Per client, the holds awaiting approval in the hardcap's scope (for operators)."""
+    qs = Reservation.objects.filter(
+        state=ReservationState.HELD,
+        asset=hardcap.asset,
+        request__request_state__in=PENDING_REQUEST_STATES,
+    )
+    if hardcap.source:
+        qs = qs.filter(source=hardcap.source)
+    return list(
+        qs.values("request__created_by__username")
+        .annotate(count=Count("pk"), amount=Sum("amount"))
+        .order_by("-amount")
+    )
+
+
+def _check_client(request: MovementRequest, caps: list[Hardcap], amount: Decimal) -> None:
+    """One client may not tie up the hardcaps with movements nobody approved yet."""
+    user = request.created_by
+    if user is None:
+        return
+    limits = client_pending_limits(user)
+    pending = client_pending_holds(user_id=user.pk).exclude(request=request)
+    count = pending.count()
+    if count >= limits.max_count:
+        raise ReservationRefused(
+            f"{limits.max_count} movements of yours already await approval: the most a client "
+            f"may have waiting; approve, reject or cancel one first",
+            details={"limit": "client_pending_count", "max_pending_count": limits.max_count},
+        )
+    for cap in caps:
+        allowed = cap.max_in_flight * limits.max_share
+        held = _sum(client_pending_holds(user_id=user.pk, asset=cap.asset, source=cap.source))
+        if held + amount > allowed:
+            raise ReservationRefused(
+                f"{cap} refuses {format_amount(amount)} {cap.asset}: your movements awaiting "
+                f"approval may hold at most {limits.max_share:%} of it",
+                details={
+                    "limit": "client_pending_share",
+                    "hardcap": cap.pk,
+                    "scope": cap.scope_label,
+                    "max_pending_share": str(limits.max_share),
+                },
+                operator_message=f"{user} holds {format_amount(held)} {cap.asset} awaiting "
+                f"approval; {format_amount(amount)} more passes the client share "
+                f"({format_amount(allowed)})",
+                operator_details={"client_pending": format_amount(held)},
+            )
+
+
+def _sum(qs) -> Decimal:
+    return qs.aggregate(total=Coalesce(Sum("amount"), ZERO))["total"]
+
+
 @transaction.atomic
 def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     """Hold the request's amount against its hardcaps; raise ReservationRefused (holding
@@ -131,6 +240,7 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     now = timezone.now()
     for cap in caps:
         _check(cap, amount, now)
+    _check_client(request, caps, amount)
     reservation = Reservation.objects.create(
         request=request, asset=request.asset, source=request.source, amount=amount, held_at=now
     )
@@ -260,7 +370,7 @@ def hardcap_ensure(
     asset = asset.strip().upper()
     cap, _ = Hardcap.objects.get_or_create(
         asset=asset,
-        source=source.strip(),
+        source=canonical_venue(source),
         defaults={
             "max_in_flight": Decimal(str(max_in_flight)),
             "max_per_24h": Decimal(str(max_per_24h)) if max_per_24h is not None else None,

@@ -27,10 +27,22 @@ ALL_MOVEMENT_PERMS = [
 ]
 
 
+TEST_VENUES = ("a", "b", "venue-a", "venue-b", "venue-x", "venue-y", "wallet-9")
+
+
 def pytest_configure(config):
     # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
     # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Venues the suite's movements name besides the sandbox's exchanges.
+    settings.QTG_KNOWN_VENUES = [*settings.QTG_KNOWN_VENUES, *TEST_VENUES]
+    # One test client fills whole hardcaps on purpose; the per-client limits have their own
+    # tests (tests/security/test_client_limits.py).
+    settings.QTG_CLIENT_MAX_PENDING_COUNT = 10_000
+    settings.QTG_CLIENT_MAX_PENDING_SHARE = "1"
+    # Whole test modules call the API as one user within a minute; the throttles have their
+    # own test.
+    settings.QTG_API_THROTTLE_USER = settings.QTG_API_THROTTLE_ANON = "1000000/min"
     # The suite's destinations are sandbox venue accounts and its operator actions are taken
     # by one supervisor: the address book and the two-person rule (on in production) are
     # off here, and their own tests (tests/approvals/) turn them on. Set in the environment

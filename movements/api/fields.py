@@ -5,6 +5,7 @@ identifiers that hides client bugs, and it makes the server accept what the publ
 says it refuses, so these fields refuse any value of the wrong JSON type instead.
 """
 
+import json
 import math
 import re
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.core.validators import RegexValidator
 from rest_framework import serializers
+
+from qtg.core.venues import canonical_venue
 
 # A positive amount below 1e20 with at most 18 decimal places, in plain digits: "100",
 # "100.50", "0.000001". No sign, exponent, leading zeros, whitespace or JSON number.
@@ -143,4 +146,26 @@ class JSONObjectField(serializers.DictField):
         problem = json_value_problem(data)
         if problem:
             raise serializers.ValidationError(problem)
+        limit = settings.QTG_API_MAX_PARAMS_BYTES
+        size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > limit:
+            raise serializers.ValidationError(f"larger than {limit} bytes of JSON ({size})")
         return dict(data)
+
+
+class VenueField(serializers.ChoiceField):
+    """A known venue (``QTG_KNOWN_VENUES``), given in any spelling of its canonical name (case, a
+    trailing dot): the value is the canonical name. The schema lists the canonical names."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON string.",
+        "invalid_choice": "Unknown venue {input!r}.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[], **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(canonical_venue(data))

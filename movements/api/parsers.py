@@ -1,9 +1,19 @@
-"""The API reads JSON only, and a body no JSON parser can handle is a 400, not a 500."""
+"""The API reads JSON only, and a body no JSON parser can handle is a 400, not a 500; a body
+larger than QTG_API_MAX_BODY_BYTES is a 413, read no further than the limit."""
 
 import io
 
-from rest_framework.exceptions import ParseError
+from django.conf import settings
+from rest_framework import status
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
+
+
+class PayloadTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+    default_detail = "The request body is too large."
+
 
 # Deeper than any request of ours needs (params allow 16 levels), far shallower than what
 # exhausts the parser's recursion.
@@ -37,7 +47,10 @@ class StrictJSONParser(JSONParser):
         # Checked before parsing, not by catching RecursionError: json.loads recurses per
         # level in C, and a process whose recursion limit a library raised (py_ecc, under
         # web3/eth-account, sets 100000) would overflow the C stack and crash instead.
-        body = stream.read() if stream is not None else b""
+        limit = settings.QTG_API_MAX_BODY_BYTES
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
         if nesting_exceeds(body, MAX_NESTING):
             raise ParseError("JSON parse error - nested too deeply")
         try:

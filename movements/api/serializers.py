@@ -6,6 +6,7 @@ fields describe the stored rows. Amounts are decimal strings both ways, never JS
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -17,14 +18,15 @@ from movements.api.fields import (
     ASSET_PATTERN,
     NODE_KEY_PATTERN,
     NOT_BLANK_PATTERN,
-    VENUE_PATTERN,
     JSONObjectField,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
+    VenueField,
 )
 from movements.api.selectors import route_templates_current
 from movements.models import (
+    OPERATOR_DETAIL,
     AttentionReason,
     MovementEvent,
     MovementRequest,
@@ -35,8 +37,10 @@ from movements.policies import valid_approvals
 from movements.selectors import current_nodes
 from movements.states import RequestState
 from qtg.core.money import format_amount
+from qtg.core.venues import venue_choices
 
-MAX_EXPIRES_IN_SECONDS = 365 * 24 * 3600
+# The published bound; the service checks the setting itself (movement_create).
+MAX_EXPIRES_IN_SECONDS = int(settings.QTG_MAX_APPROVAL_TTL.total_seconds())
 MAX_REASON_LENGTH = 2000
 
 
@@ -76,8 +80,8 @@ class MovementCreateInputSerializer(serializers.Serializer):
         help_text="Positive decimal string below 1e20 with at most 18 decimal places, e.g. "
         '`"100.50"`. JSON numbers are refused: a float cannot carry money exactly.',
     )
-    source = StrictCharField(pattern=VENUE_PATTERN, help_text="Where the funds are.")
-    destination = StrictCharField(pattern=VENUE_PATTERN, help_text="Where the funds go.")
+    source = VenueField(help_text="Where the funds are: a known venue (QTG_KNOWN_VENUES).")
+    destination = VenueField(help_text="Where the funds go: a known venue (QTG_KNOWN_VENUES).")
     params = JSONObjectField(
         required=False,
         help_text="Template params. Params the template refuses give a FAILED movement with "
@@ -87,12 +91,16 @@ class MovementCreateInputSerializer(serializers.Serializer):
         required=False,
         min_value=1,
         max_value=MAX_EXPIRES_IN_SECONDS,
-        help_text="Approval window; the server default applies when absent.",
+        help_text="Approval window; the server default applies when absent, and it is at most "
+        "QTG_MAX_APPROVAL_TTL_SECONDS (default 24 hours).",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["template"].choices = [t.key for t in route_templates_current()]
+        venues = venue_choices()
+        self.fields["source"].choices = venues
+        self.fields["destination"].choices = venues
 
 
 class ReasonInputSerializer(serializers.Serializer):
@@ -323,6 +331,13 @@ class MovementEventSerializer(serializers.ModelSerializer):
             "detail",
             "created_at",
         ]
+
+    def to_representation(self, event: MovementEvent) -> dict[str, Any]:
+        data = super().to_representation(event)
+        # Operators' part of the evidence (the platform-wide amount in flight) stays in the
+        # admin.
+        data["detail"] = {k: v for k, v in data["detail"].items() if k != OPERATOR_DETAIL}
+        return data
 
     def get_node_key(self, event: MovementEvent) -> str | None:
         """The node the event is about; null for the request itself."""

@@ -21,8 +21,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from access.authentication import ApiTokenAuthentication
+from access.throttles import AnonymousRateThrottle, ClientRateThrottle
 from movements.api import examples
-from movements.api.authentication import StrictTokenAuthentication
 from movements.api.exceptions import PROBLEM_CONTENT_TYPE
 from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma, idempotency_key_value
 from movements.api.filters import MovementFilter
@@ -93,8 +94,9 @@ MOVEMENT_ID = OpenApiParameter(
 class APIDefaults:
     # What every endpoint of the API shares (a mixin without a docstring: drf-spectacular
     # would publish it as the description of every operation).
-    authentication_classes = [StrictTokenAuthentication]
+    authentication_classes = [ApiTokenAuthentication]
     permission_classes = [IsAuthenticated]
+    throttle_classes = [ClientRateThrottle, AnonymousRateThrottle]
     parser_classes = [StrictJSONParser]
     # JSON only: the browsable API needs session login, which a token API does not offer.
     renderer_classes = [JSONRenderer]

@@ -48,8 +48,10 @@ def destination_standing(
     *, asset: str, network: str, address: str, now: datetime | None = None
 ) -> tuple[Standing, AddressBookEntry | None]:
     """Whether ``address`` may receive ``asset`` on ``network`` now."""
+    # Movements store venue names canonically (lower case, qtg/core/venues.py): an entry
+    # written in another case is the same destination.
     entry = AddressBookEntry.objects.filter(
-        asset=asset.upper(), network=network, address=address, status=EntryStatus.ACTIVE
+        asset=asset.upper(), network=network, address__iexact=address, status=EntryStatus.ACTIVE
     ).first()
     if entry is None:
         return Standing.NOT_ALLOWLISTED, None

@@ -21,6 +21,7 @@ from django.utils import timezone
 from movements import interface
 from movements.compiler import compile_plan
 from movements.models import (
+    OPERATOR_DETAIL,
     MovementApproval,
     MovementEvent,
     MovementPlanEdge,
@@ -82,6 +83,7 @@ from qtg.core.errors import (
     TemplateInvalid,
 )
 from qtg.core.policies import enforce
+from qtg.core.venues import canonical_venue, is_known_venue
 
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
@@ -245,13 +247,25 @@ def movement_create(
             errors[name] = ["required"]
     if params is not None and not isinstance(params, dict):
         errors["params"] = ["must be an object"]
+    elif params and "sandbox" in params and not settings.QTG_SANDBOX_ENABLED:
+        errors["params"] = ["sandbox faults are refused: the sandbox is switched off"]
     if expires_in is not None and expires_in <= timedelta(0):
         errors["expires_in"] = ["must be positive"]
+    elif expires_in is not None and expires_in > settings.QTG_MAX_APPROVAL_TTL:
+        errors["expires_in"] = [
+            f"at most {int(settings.QTG_MAX_APPROVAL_TTL.total_seconds())} seconds: a "
+            f"movement waiting for approval holds its amount against the hardcap"
+        ]
+    for name, value in (("source", source), ("destination", destination)):
+        if name not in errors and not is_known_venue(value):
+            errors[name] = [f"unknown venue {canonical_venue(value)!r} (see QTG_KNOWN_VENUES)"]
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 255):
         errors["idempotency_key"] = ["must be 1 to 255 characters"]
     if errors:
         raise InvalidInput("the movement request is invalid", details=errors)
     asset = asset.strip().upper()
+    # One spelling per venue before anything compares it (the hardcap scope, the fingerprint).
+    source, destination = canonical_venue(source), canonical_venue(destination)
     params = params or {}
     created_by = actor.user
     fingerprint = request_fingerprint(
@@ -399,13 +413,17 @@ def _create(
 
 
 def _fail_validation(request: MovementRequest, actor: Actor, exc: QTGError) -> MovementRequest:
-    # The event keeps the structured details (the cap, the amount in flight, ...) as evidence.
+    # The event keeps the structured details as evidence; what only operators may read (the
+    # platform-wide amount in flight) goes under OPERATOR_DETAIL, which the API leaves out.
     request.failure_reason = exc.message
+    detail = {"reason": exc.message, "code": exc.code, **exc.details}
+    if isinstance(exc, ReservationRefused) and exc.operator_details:
+        detail[OPERATOR_DETAIL] = {"reason": exc.operator_message, **exc.operator_details}
     set_request_state(
         request=request,
         new_state=RequestState.FAILED,
         actor=actor,
-        detail={"reason": exc.message, "code": exc.code, **exc.details},
+        detail=detail,
         update_fields=["failure_reason"],
         nodes=[],
     )

@@ -18,6 +18,9 @@ Two writers, one chosen per process at start-up (``QTG_ROW_WRITER``: ``auto``, `
   the row changed; a batch sends the guarded UPDATEs of each shape in one pipelined
   ``executemany``. The statements are written once per field list, not compiled per call.
 
+Every writer gives each event its audit chain hash (movements/audit.py) just before the
+insert, with one query for the previous hashes of the movements concerned.
+
 ``DeferredWriter`` (what ``state.batch()`` hands out) queues the changes of a batch and gives
 them to the process's writer together when asked to flush.
 """
@@ -33,6 +36,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 
+from movements.audit import chain_events
 from movements.models import MovementEvent
 from qtg.core.errors import StaleState
 
@@ -125,16 +129,19 @@ class OrmRowWriter(RowWriter):
     def write(self, change: RowChange, event: MovementEvent | None = None) -> None:
         self._update(change)
         if event is not None:
+            chain_events([event])
             event.save(force_insert=True)
         change.instance._update_initial_state()  # as django-fsm-2's save() does after a write
 
     def write_event(self, event: MovementEvent) -> None:
+        chain_events([event])
         event.save(force_insert=True)
 
     def write_batch(self, changes: Sequence[RowChange], events: Sequence[MovementEvent]) -> None:
         for change in changes:
             self._update(change)
         if events:
+            chain_events(events)
             MovementEvent.objects.bulk_create(events)
         for change in changes:
             change.instance._update_initial_state()
@@ -227,6 +234,7 @@ class PostgresRowWriter(RowWriter):
                 cursor.execute(self._statement(*key, event=False), params)
                 row = () if cursor.rowcount == 1 else None
             else:
+                chain_events([event])
                 params = [*params, *self._event_row(event)]
                 cursor.execute(self._statement(*key, event=True), params)
                 row = cursor.fetchone()
@@ -238,6 +246,7 @@ class PostgresRowWriter(RowWriter):
         change.instance._update_initial_state()  # as django-fsm-2's save() does after a write
 
     def write_event(self, event: MovementEvent) -> None:
+        chain_events([event])
         with connection.cursor() as cursor:
             cursor.execute(self._event_insert, self._event_row(event))
             event.pk = cursor.fetchone()[0]
@@ -258,6 +267,7 @@ class PostgresRowWriter(RowWriter):
                         f"rows were still as read; reload and try again"
                     )
         if events:
+            chain_events(events)
             MovementEvent.objects.bulk_create(events)
         for change in changes:
             change.instance._update_initial_state()

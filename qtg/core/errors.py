@@ -50,10 +50,26 @@ class ActionRefused(QTGError):
 
 
 class ReservationRefused(QTGError):
-    """Taking the reservation would break a limit (or no limit is configured)."""
+    """Taking the reservation would break a limit (or no limit is configured).
+
+    ``message`` and ``details`` are what the client that asked may read; ``operator_message``
+    and ``operator_details`` add what only operators see (the platform-wide amount in flight,
+    which would otherwise tell any client how much money the platform is moving)."""
 
     code = "reservation_refused"
     http_status = 409
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        operator_message: str = "",
+        operator_details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.operator_message = operator_message or message
+        self.operator_details = operator_details or {}
 
 
 class DestinationNotAllowlisted(QTGError):

@@ -197,3 +197,17 @@ def test_the_number_of_queries_does_not_grow_with_the_rows_on_the_page(
     # then it costs exactly the same number of queries
     assert fifty == five, f"{five} queries for 5 rows but {fifty} for 50"
     assert five <= 15
+
+
+@pytest.mark.parametrize("query", ["created_to=9999-12-31", "created_from=9999-12-31"])
+def test_a_date_range_at_the_end_of_the_calendar_lists_instead_of_failing(
+    client, op, make_movement, query
+):
+    movement = make_movement()
+    client.force_login(op)
+
+    response = client.get(changelist_url() + f"?{query}")
+
+    assert response.status_code == 200
+    expected = {str(movement.pk)} if query.startswith("created_to") else set()
+    assert listed_ids(response) == expected

@@ -4,9 +4,9 @@ import json
 import uuid
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from access.services import api_token_mint
 from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 
 MOVEMENTS = "/api/v1/movements/"
@@ -16,10 +16,14 @@ def movement_url(movement_id, action: str = "") -> str:
     return f"{MOVEMENTS}{movement_id}/" + (f"{action}/" if action else "")
 
 
+def token_for(user) -> str:
+    """A fresh API token's key for ``user``."""
+    return api_token_mint(user=user, actor_label="tests").key
+
+
 def client_for(user) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

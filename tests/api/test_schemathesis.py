@@ -12,11 +12,10 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from schemathesis.generation import GenerationMode
 
 from callbacks.models import Subscription
-from tests.api.conftest import client_for, post_create
+from tests.api.conftest import client_for, post_create, token_for
 from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 
 POSITIVE_EXAMPLES = 25
@@ -66,7 +65,7 @@ def load_schema(app):
 @pytest.mark.django_db
 def test_every_operation_conforms_to_the_schema_for_generated_input(existing, wsgi_app):
     given_user = make_user("fuzzer", *ALL_MOVEMENT_PERMS)
-    auth = {"Authorization": f"Token {Token.objects.create(user=given_user).key}"}
+    auth = {"Authorization": f"Token {token_for(given_user)}"}
     webhook = Subscription.objects.create(
         owner=given_user,
         name="fuzzed",

@@ -183,3 +183,36 @@ def test_the_pinned_request_reaches_the_checked_address_with_the_original_host(
     [got] = receiver.received
     assert got.headers["Host"] == f"hooks.example.test:{port}"
     assert Delivery.objects.get().status == DeliveryStatus.DELIVERED
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://100.100.100.200/latest/meta-data",  # shared address space (cloud metadata)
+        "http://100.64.0.1/hook",
+        "http://192.0.0.8/hook",  # IETF protocol assignments
+        "http://198.18.0.1/hook",  # benchmarking
+        "http://[2002:7f00:1::]/hook",  # 6to4 wrapping 127.0.0.1
+        "http://[2002:a9fe:a9fe::]/hook",  # 6to4 wrapping 169.254.169.254
+        "http://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 wrapping 169.254.169.254
+        "http://240.0.0.1/hook",
+    ],
+)
+def test_every_address_that_is_not_globally_routable_is_refused(url):
+    with pytest.raises(TargetRefused, match="private, loopback or link-local"):
+        validate_target_url(url, allow_private=False)
+
+
+def test_a_name_with_one_private_address_among_public_ones_is_refused(monkeypatch, settings):
+    settings.QTG_CALLBACKS_ALLOW_PRIVATE_TARGETS = False
+
+    def fake_getaddrinfo(host, port, *args, **kwargs):
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("100.100.100.200", port)),
+        ]
+
+    monkeypatch.setattr(targets.socket, "getaddrinfo", fake_getaddrinfo)
+
+    with pytest.raises(TargetRefused, match=r"100\.100\.100\.200"):
+        pin_target_url("https://hooks.example.test/qtg")

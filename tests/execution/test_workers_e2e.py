@@ -160,7 +160,7 @@ def test_a_worker_killed_while_submitting_leaves_the_node_to_recovery_not_resubm
     cluster, creator
 ):
     # The venue carries the withdrawal out, then takes 60 s to answer: long enough to kill.
-    request = create(creator, faults={"withdraw": "delay:60"})
+    request = create(creator, faults={"withdraw": "submit_delay:60"})
     withdraw = wait_for(
         lambda: (
             MovementRequestNode.objects.filter(

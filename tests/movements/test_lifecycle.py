@@ -521,7 +521,7 @@ def test_a_hardcap_refusal_keeps_its_figures_as_evidence_on_the_failed_request(m
 
     assert request.request_state == RS.FAILED
     failed = request.events.get(new_state="FAILED")
-    assert (failed.detail["code"], failed.detail["cap"], failed.detail["asked"]) == (
+    assert (failed.detail["code"], failed.detail["operator"]["cap"], failed.detail["asked"]) == (
         "reservation_refused",
         "50",
         "80",

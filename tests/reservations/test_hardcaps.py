@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from movements.models import MovementEvent
 from movements.services import movement_reject
 from movements.states import RequestState
 from qtg.core.actors import Actor
@@ -58,6 +59,10 @@ def test_a_movement_within_the_cap_holds_its_amount_with_an_audit_row(eurc, crea
     assert "hardcap EURC (any source)" in event.reason
 
 
+def _failed_event(request) -> MovementEvent:
+    return MovementEvent.objects.get(request=request, new_state=RequestState.FAILED)
+
+
 def test_a_movement_over_the_cap_fails_naming_the_cap_the_amount_in_flight_and_the_ask(eurc):
     hardcap_ensure(asset=ASSET, max_in_flight="1000")
     eurc("700")
@@ -67,8 +72,10 @@ def test_a_movement_over_the_cap_fails_naming_the_cap_the_amount_in_flight_and_t
     assert refused.request_state == RequestState.FAILED
     assert "hardcap EURC (any source)" in refused.failure_reason
     assert "refuses 400" in refused.failure_reason
-    assert "700 already in flight" in refused.failure_reason
-    assert "the cap is 1000" in refused.failure_reason
+    operator = _failed_event(refused).detail["operator"]
+    assert "700 already in flight" in operator["reason"]
+    assert "the cap is 1000" in operator["reason"]
+    assert (operator["in_flight"], operator["cap"]) == ("700", "1000")
     assert not Reservation.objects.filter(request=refused).exists()
     assert Reservation.objects.filter(asset=ASSET).count() == 1
 
@@ -116,8 +123,9 @@ def test_consumed_reservations_leave_the_in_flight_sum_but_count_for_24_hours(eu
     assert hardcap_in_flight(hardcap=cap) == Decimal("700")
     assert hardcap_used_24h(hardcap=cap) == Decimal("1500")
     assert refused.request_state == RequestState.FAILED
-    assert "800 reserved in the last 24 hours" in refused.failure_reason
-    assert "the 24-hour limit is 1500" in refused.failure_reason
+    operator = _failed_event(refused).detail["operator"]
+    assert "800 reserved in the last 24 hours" in operator["reason"]
+    assert "the 24-hour limit is 1500" in operator["reason"]
     assert allowed.request_state == RequestState.PENDING_APPROVAL
 
 

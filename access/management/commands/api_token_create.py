@@ -1,0 +1,32 @@
+"""Mint an API token for a user and print its key (shown this once)."""
+
+from datetime import timedelta
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from access.services import api_token_mint
+
+
+class Command(BaseCommand):
+    help = "Mint an API token for USERNAME; prints the key (only its digest is stored)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument("--days", type=int, help="Lifetime (default QTG_API_TOKEN_DAYS).")
+        parser.add_argument("--name", default="", help="What the token is for.")
+
+    def handle(self, *args, username, days=None, name="", **options):
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user {username!r}")
+        try:
+            minted = api_token_mint(
+                user=user,
+                actor_label="manage.py api_token_create",
+                name=name,
+                lifetime=timedelta(days=days) if days else None,
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(minted.key)
