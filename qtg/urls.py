@@ -2,9 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from ops.health import HealthView
+from ops.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("movements.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("health/", HealthView.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
 ]
