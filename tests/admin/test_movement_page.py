@@ -234,9 +234,7 @@ def test_a_chain_observer_shows_its_confirmations_out_of_the_required_number(
     movement = make_movement(approve=True)
     drive(movement, "withdraw", *TO_COMPLETED)
     movement = drive(movement, "withdraw_observe", "OBSERVING")
-    node = MovementRequestNode.objects.current().get(
-        request=movement, node_key="withdraw_observe"
-    )
+    node = MovementRequestNode.objects.current().get(request=movement, node_key="withdraw_observe")
     node.result = {**(node.result or {}), "confirmations": 3, "required": 12}
     node.save(update_fields=["result"])
     client.force_login(op)

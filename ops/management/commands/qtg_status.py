@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops.health import report, run_checks
 from ops.status import snapshot
+from qtg.core import money
 
 
 class Command(BaseCommand):
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         now = snapshot()
         self.stdout.write("money in flight (HELD reservations):")
         for asset, total in now.in_flight_by_asset.items():
-            self.stdout.write(f"  {asset:<9} {total:f}")
+            self.stdout.write(f"  {asset:<9} {money.format_amount(total, grouping=True)}")
         if not now.in_flight_by_asset:
             self.stdout.write("  none")
         busy = {state: n for state, n in now.movements_by_state.items() if n}
