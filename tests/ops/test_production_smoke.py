@@ -165,9 +165,7 @@ def test_metrics_requires_the_token_and_carries_every_name(deployment):
 
 def test_a_movements_log_lines_are_json_carrying_its_id(deployment):
     # the demo's movements were created and approved by the seed: JSON transition lines
-    created = [
-        line for line in json_lines(deployment["seed_log"]) if "movement_id" in line
-    ]
+    created = [line for line in json_lines(deployment["seed_log"]) if "movement_id" in line]
     assert created, deployment["seed_log"][:2000]
     movement_ids = {line["movement_id"] for line in created}
     for line in deployment["seed_log"].splitlines():
@@ -199,9 +197,7 @@ def test_a_movements_log_lines_are_json_carrying_its_id(deployment):
         ("database", {"DATABASE_URL": "postgres://postgres@127.0.0.1:1/qtg_smoke"}),
     ],
 )
-def test_health_is_503_when_the_broker_or_the_database_is_unreachable(
-    deployment, failing, env
-):
+def test_health_is_503_when_the_broker_or_the_database_is_unreachable(deployment, failing, env):
     port = free_port()
     process = subprocess.Popen(
         ["gunicorn", "qtg.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
