@@ -177,12 +177,30 @@ def detect_stuck_nodes(*, now: datetime | None = None, actor: Actor | None = Non
     return raised
 
 
-def _open_entries(request: MovementRequest, node_key: str) -> list[MovementAttention]:
-    return list(
-        request.attentions.select_for_update(no_key=True).filter(
-            node_key=node_key, resolved_at__isnull=True
-        )
+def _handle_open_entries(
+    request: MovementRequest,
+    node_key: str,
+    actor: Actor,
+    changes: dict[str, Any],
+    *,
+    event: str,
+    detail: dict[str, Any],
+) -> None:
+    """Apply ``changes`` to the node's open entries, each audited as ``event`` (naming the
+    entry's reason) with ``detail``."""
+    entries = request.attentions.select_for_update(no_key=True).filter(
+        node_key=node_key, resolved_at__isnull=True
     )
+    for attention in entries:
+        for name, value in {**changes, "handled_by": str(actor)}.items():
+            setattr(attention, name, value)
+        attention.save(update_fields=[*changes, "handled_by"])
+        record_event(
+            request=request,
+            node=attention.node,
+            actor=actor,
+            detail={event: attention.reason, **detail},
+        )
 
 
 @transaction.atomic
@@ -195,20 +213,14 @@ def attention_snooze(
         raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
     request = _lock_request(request)
     enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
-    for attention in _open_entries(request, node_key):
-        attention.snoozed_until, attention.snooze_reason = until, reason
-        attention.handled_by = str(actor)
-        attention.save(update_fields=["snoozed_until", "snooze_reason", "handled_by"])
-        record_event(
-            request=request,
-            node=attention.node,
-            actor=actor,
-            detail={
-                "attention_snoozed": attention.reason,
-                "until": until.isoformat(),
-                "reason": reason,
-            },
-        )
+    _handle_open_entries(
+        request,
+        node_key,
+        actor,
+        {"snoozed_until": until, "snooze_reason": reason},
+        event="attention_snoozed",
+        detail={"until": until.isoformat(), "reason": reason},
+    )
     return request
 
 
@@ -221,16 +233,14 @@ def attention_resolve(
     note = _require_reason(note, "resolve")
     request = _lock_request(request)
     enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
-    for attention in _open_entries(request, node_key):
-        attention.resolved_at, attention.resolution = timezone.now(), note
-        attention.handled_by = str(actor)
-        attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
-        record_event(
-            request=request,
-            node=attention.node,
-            actor=actor,
-            detail={"attention_resolved": attention.reason, "note": note},
-        )
+    _handle_open_entries(
+        request,
+        node_key,
+        actor,
+        {"resolved_at": timezone.now(), "resolution": note},
+        event="attention_resolved",
+        detail={"note": note},
+    )
     return request
 
 
@@ -255,10 +265,13 @@ def attention_stop_watching(
         detail={"resolution": "stopped watching", "reason": reason},
         update_fields=["lease_owner", "lease_expires_at", "last_error"],
     )
-    now = timezone.now()
-    for attention in MovementAttention.objects.filter(node=node, resolved_at__isnull=True):
-        attention.resolved_at, attention.handled_by = now, str(actor)
-        attention.resolution = f"stopped watching: {reason}"
-        attention.save(update_fields=["resolved_at", "resolution", "handled_by"])
+    _handle_open_entries(
+        request,
+        node_key,
+        actor,
+        {"resolved_at": timezone.now(), "resolution": f"stopped watching: {reason}"},
+        event="attention_resolved",
+        detail={"note": f"stopped watching: {reason}"},
+    )
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
     return request

@@ -30,7 +30,7 @@ from qtg.core.errors import (
     InvalidInput,
     NotPermitted,
 )
-from tests.conftest import make_user
+from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 from tests.movements.drive import node, run_node, states
 
 NS = NodeState
@@ -270,6 +270,17 @@ def test_resuming_a_manual_gate_moves_the_frontier_past_it(make_movement, operat
     assert request.current_frontier == ["deposit_observe"]
     request = run_node(request, "deposit_observe", NS.COMPLETED)
     assert request.request_state == RS.COMPLETED
+
+
+def test_the_creator_of_a_movement_cannot_release_its_manual_gate(make_movement):
+    creator = make_user("gate-creator", *ALL_MOVEMENT_PERMS)
+    request = make_movement("cex_to_cex_gated", approve=True, by=creator)
+    run_node(request, "withdraw", NS.COMPLETED)
+
+    with pytest.raises(NotPermitted, match="four-eyes"):
+        manual_gate_resume(request=request, actor=Actor.for_user(creator), note="mine")
+
+    assert states(request)["manual_release"] == NS.READY
 
 
 def test_resuming_when_no_gate_waits_is_refused(make_movement, operator):

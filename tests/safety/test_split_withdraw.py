@@ -118,3 +118,33 @@ def test_once_a_leg_failed_the_other_side_effect_never_starts(make_movement):
     assert movement.request_state == "FAILED"
     assert movement.reservation.state == ReservationState.RELEASED
     assert execution.dispatch_ready_nodes(owner="w") == 0  # and not dispatched later
+
+
+def test_a_leg_reaped_back_to_ready_next_to_a_failed_one_settles_the_movement(make_movement):
+    """withdraw_b is refused while withdraw_a's worker is still preparing (money may move:
+    no verdict). That worker dies; the reaper puts withdraw_a back to READY, which moves no
+    money, so the movement is derived again and ends FAILED instead of hanging EXECUTING."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from movements.models import MovementRequestNode
+    from movements.services import execution
+
+    movement = split(make_movement, withdraw_b="fail")
+    claims = execution.claim_ready_nodes(owner="w", limit=10)
+    b = next(c for c in claims if c.node.node_key == "withdraw_b")
+    execution.run_actions([b])
+    movement.refresh_from_db()
+    assert node(movement, "withdraw_a").node_state == "PREPARING"
+    assert movement.request_state == "EXECUTING"
+
+    MovementRequestNode.objects.filter(pk=node(movement, "withdraw_a").pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert execution.reap_expired_leases() == 1
+
+    movement.refresh_from_db()
+    assert node(movement, "withdraw_a").node_state == "READY"
+    assert movement.request_state == "FAILED"
+    assert movement.reservation.state == ReservationState.RELEASED

@@ -212,7 +212,9 @@ def failed_before_submit(
         return Outcome(NS.FAILED, fields, detail, then=Then.DERIVE)
     retry_at = now + backoff(node.dispatch_count, timing)
     detail["retry_at"] = retry_at.isoformat()
-    return Outcome(NS.READY, {**fields, "next_attempt_at": retry_at}, detail)
+    # Derived again: a node back to READY no longer moves money, which may settle a movement
+    # waiting on it (a sibling FAILED meanwhile).
+    return Outcome(NS.READY, {**fields, "next_attempt_at": retry_at}, detail, then=Then.DERIVE)
 
 
 def awaiting_signature(
@@ -406,7 +408,9 @@ def lease_expired(node: NodeFacts, *, now: datetime, timing: Timing) -> Outcome:
     }
     retry_at = now + backoff(node.dispatch_count, timing) if target == NS.READY else now
     fields = {**_RELEASED, "next_attempt_at": retry_at}
-    return Outcome(target, fields, detail, then=Then.DERIVE if target == NS.UNKNOWN else None)
+    # Derived again either way: UNKNOWN may need a person, and a node back to READY no longer
+    # moves money, which may settle a movement waiting on it (a sibling FAILED meanwhile).
+    return Outcome(target, fields, detail, then=Then.DERIVE)
 
 
 AFTER_SUBMIT_RULES = {"submit": after_submit, "observe": observed, "recover": recovered}
