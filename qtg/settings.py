@@ -122,7 +122,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(os.environ.get("QTG_STATIC_ROOT", VAR_DIR / "static"))
+STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 if not EMBEDDED:
     # Hashed, compressed files from `collectstatic` (part of `manage.py qtg_prestart`).
