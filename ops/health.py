@@ -30,7 +30,7 @@ class Broker(HealthCheck):
         from qtg.celery import app
 
         try:
-            with app.connection_for_write() as connection:
+            with app.connection_for_write(settings.CELERY_BROKER_URL) as connection:
                 connection.ensure_connection(
                     max_retries=1, interval_start=0, timeout=self.timeout.total_seconds()
                 )
