@@ -14,10 +14,14 @@ import structlog
 
 # Loggers whose INFO lines describe routine task traffic, not events.
 ROUTINE_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "celery.beat")
+# A worker starting and stopping ("... ready.") is shown at any level: supervisors and
+# operators wait for it.
+LIFECYCLE_LOGGERS = ("celery.apps.worker",)
 
 
 class DemoteRoutine(logging.Filter):
-    """INFO lines of ``ROUTINE_LOGGERS`` become DEBUG, shown only at ``threshold`` DEBUG."""
+    """INFO lines of ``ROUTINE_LOGGERS`` become DEBUG, shown only at ``threshold`` DEBUG;
+    those of ``LIFECYCLE_LOGGERS`` are always shown."""
 
     def __init__(self, threshold: str = "INFO") -> None:
         super().__init__()
@@ -26,6 +30,8 @@ class DemoteRoutine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.INFO and record.name.startswith(ROUTINE_LOGGERS):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        if record.levelno >= logging.INFO and record.name.startswith(LIFECYCLE_LOGGERS):
+            return True
         return record.levelno >= self.threshold
 
 
@@ -93,5 +99,6 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
             # One line per HTTP request (with its request id) in production only.
             "django_structlog": {"level": "INFO" if fmt == "json" else "WARNING"},
             **{name: {"level": "DEBUG"} for name in ROUTINE_LOGGERS},
+            **{name: {"level": "INFO"} for name in LIFECYCLE_LOGGERS},
         },
     }

@@ -108,3 +108,8 @@ def test_an_api_request_binds_its_request_id_to_the_transitions_it_causes(caplog
     assert {line["movement_id"] for line in lines} == {movement_id}
     (request_id,) = {line["request_id"] for line in lines}
     assert request_id
+
+
+def test_a_worker_starting_is_shown_even_when_only_warnings_are():
+    assert DemoteRoutine("WARNING").filter(record("celery.apps.worker", logging.INFO))
+    assert not DemoteRoutine("WARNING").filter(record("movements.transitions", logging.INFO))

@@ -151,6 +151,18 @@ def test_the_admin_css_is_served_by_the_web_process_with_debug_off(deployment):
     assert response.headers["content-type"].startswith("text/css")
 
 
+def test_the_api_docs_assets_are_served_too(deployment):
+    wait_until(f"{deployment['base']}/health/", lambda r: r.status_code in (200, 503))
+    base = f"{deployment['base']}/static/drf_spectacular_sidecar/swagger-ui-dist"
+
+    css = httpx.get(f"{base}/swagger-ui.css", timeout=10)
+    js = httpx.get(f"{base}/swagger-ui-bundle.js", timeout=10)
+
+    assert (css.status_code, js.status_code) == (200, 200)
+    assert css.headers["content-type"].startswith("text/css")
+    assert "javascript" in js.headers["content-type"]
+
+
 def test_metrics_requires_the_token_and_carries_every_name(deployment):
     url = f"{deployment['base']}/metrics"
     wait_until(url, lambda r: r.status_code in (200, 401))
