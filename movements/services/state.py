@@ -123,6 +123,7 @@ def set_node_state(
     update_fields: Iterable[str] = (),
     only_if: dict[str, Any] | None = None,
     writer: RowWriter | None = None,
+    savepoint: bool = True,
 ) -> MovementEvent:
     """Move one node along an edge of NODE_TRANSITIONS and audit it.
 
@@ -133,6 +134,8 @@ def set_node_state(
     Without the lock, ``only_if`` makes the write a compare-and-set: it happens only if the
     row is still in the state read and has these field values (a worker's lease), and raises
     StaleState otherwise. On PostgreSQL, outside a transaction, that is one statement.
+    Inside the caller's transaction it gets a savepoint, so losing it does not doom the rest;
+    a caller whose transaction has nothing else to lose passes ``savepoint=False``.
     """
     started = time.perf_counter()
     actor = resolve_actor(actor, actor_type, actor_id)
@@ -151,7 +154,7 @@ def set_node_state(
         # writer holds is written first, outside the savepoint that losing rolls back.
         writer.flush()
     # Validated before the transaction opens, so a refusal never poisons the caller's.
-    with _atomic_write(writer, savepoint=only_if is not None):
+    with _atomic_write(writer, savepoint=only_if is not None and savepoint):
         getattr(node, transition_method_name(target))()
         node.state_changed_at = timezone.now()
         event = _event(

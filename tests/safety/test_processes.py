@@ -81,9 +81,10 @@ def test_chaos_never_reports_safe_while_money_left(cluster, creator):
     rng = random.Random(20261201)
     movements = [_chaos_movement(creator, rng) for _ in range(300)]
 
-    kills, until = 0, time.monotonic() + 45
-    while time.monotonic() < until:
-        time.sleep(rng.uniform(1.0, 2.5))
+    # A worker is SIGKILLed every 0.5-2 s (and replaced) while the movements run, 15 times.
+    kills = 0
+    while kills < 15:
+        time.sleep(rng.uniform(0.5, 2.0))
         victim = rng.choice(sorted(cluster.pids()))
         cluster.kill(victim)
         cluster.start_worker()
@@ -115,7 +116,6 @@ def test_chaos_never_reports_safe_while_money_left(cluster, creator):
     released = Reservation.objects.filter(
         request_id__in=side_effect_done, state=ReservationState.RELEASED
     )
-    assert kills >= 15
     assert list(unsafe_failed.values_list("pk", "request_state")) == []
     assert list(released.values_list("request_id", flat=True)) == []
     # Each leg's withdrawal happened at most once (idempotency key per attempt).

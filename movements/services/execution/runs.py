@@ -76,6 +76,7 @@ def _submit_now(
                 detail={**detail, "idempotency_key": node.idempotency_key},
                 update_fields=["signed_payload", "lease_expires_at", "result", "submit_started_at"],
                 only_if={"lease_owner": claim.owner},
+                savepoint=False,  # losing it rolls back this transaction, which wrote nothing else
             )
     except StaleState:
         outcome = {"detail": detail, "signed": bool(signed_payload)}
