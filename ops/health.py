@@ -76,7 +76,10 @@ class Worker(HealthCheck):
         from qtg.celery import app
 
         try:
-            replies = app.control.ping(timeout=self.timeout.total_seconds(), limit=1)
+            with app.connection_for_write(settings.CELERY_BROKER_URL) as connection:
+                replies = app.control.ping(
+                    timeout=self.timeout.total_seconds(), limit=1, connection=connection
+                )
         except Exception as exc:  # the broker's own errors
             raise ServiceUnavailable(f"cannot ping: {type(exc).__name__}") from exc
         if not replies:
