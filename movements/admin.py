@@ -28,6 +28,7 @@ from django.utils.timesince import timesince
 
 from movements import interface, policies
 from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
+from movements.admin_controls import ApprovalInline, OverrideInline
 from movements.admin_filters import (
     AssetFilter,
     CreatedRangeFilter,
@@ -37,6 +38,7 @@ from movements.admin_filters import (
 )
 from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
 from movements.models import (
+    MovementApproval,
     MovementAttention,
     MovementEvent,
     MovementRequest,
@@ -202,6 +204,11 @@ class MovementChangeList(ChangeList):
                     queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
                     to_attr="open_attentions_list",
                 ),
+                Prefetch(
+                    "approvals",
+                    queryset=MovementApproval.objects.filter(void_at__isnull=True),
+                    to_attr="valid_approvals_list",
+                ),
             )
         )
 
@@ -220,8 +227,8 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     )
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
-    inlines = (NodeInline, EventInline)
-    readonly_fields = ("amount_display",)
+    inlines = (NodeInline, ApprovalInline, OverrideInline, EventInline)
+    readonly_fields = ("amount_display", "approval_progress")
     fieldsets = (
         (
             "Movement",
@@ -245,6 +252,8 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                 "fields": (
                     "created_by",
                     "created_at",
+                    "approval_progress",
+                    "approval_policy",
                     "approved_by",
                     "approved_at",
                     "expires_at",
@@ -311,20 +320,34 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     def short_id(self, obj):
         return obj.short_id
 
+    @admin.display(description="approvals")
+    def approval_progress(self, obj) -> str:
+        """n of m approvals, and the groups still missing (the policy's quorum)."""
+        approvals = policies.valid_approvals(obj)
+        text = f"{len(approvals)} of {obj.approvals_required} approvals"
+        if missing := policies.missing_groups(obj, approvals):
+            text += f"; still needs someone from {', '.join(missing)}"
+        return text
+
     @admin.display(description="state", ordering="request_state")
     def state_badge(self, obj):
         now = timezone.now()
         entries = [
             entry for entry in getattr(obj, "open_attentions_list", []) if entry.needs_someone(now)
         ]
+        badge = request_state_badge(obj.request_state)
+        if obj.request_state == RequestState.PENDING_APPROVAL and obj.approvals_required > 1:
+            badge = format_html(
+                '{}<div class="qtg-progress">{}</div>', badge, self.approval_progress(obj)
+            )
         if not entries:
-            return request_state_badge(obj.request_state)
+            return badge
         flags = format_html_join(
             "",
             '<div class="qtg-warn" title="{}">⚑ {}: {}</div>',
             ((e.message, e.get_reason_display(), e.node_key) for e in entries),
         )
-        return format_html("{}{}", request_state_badge(obj.request_state), flags)
+        return format_html("{}{}", badge, flags)
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):
@@ -470,12 +493,22 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                         request, f"{action.label} refused: {exc.message}", messages.ERROR
                     )
                 else:
-                    self.message_user(
-                        request,
-                        f"{action.label}: movement {movement.short_id} is now "
-                        f"{updated.request_state}.",
-                        messages.SUCCESS,
-                    )
+                    proposal = getattr(updated, "proposed_override", None)
+                    if proposal is not None:
+                        self.message_user(
+                            request,
+                            f"{action.label} proposed: another supervisor confirms it on the "
+                            f"Override proposals page before "
+                            f"{proposal.expires_at:%Y-%m-%d %H:%M} UTC.",
+                            messages.WARNING,
+                        )
+                    else:
+                        self.message_user(
+                            request,
+                            f"{action.label}: movement {movement.short_id} is now "
+                            f"{updated.request_state}.",
+                            messages.SUCCESS,
+                        )
                 return HttpResponseRedirect(self._change_url(movement))
         else:
             refusal = action.refusal(situation)

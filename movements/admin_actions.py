@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 
 from movements import policies
-from movements.models import MovementRequest, MovementRequestNode
+from movements.models import MovementRequest, MovementRequestNode, OverrideAction
 from movements.policies import Action
 from movements.services import (
     intervention_force_complete,
@@ -34,6 +35,7 @@ from movements.services.attention import (
     attention_stop_watching,
 )
 from movements.services.lifecycle import UNKNOWN_OUTCOMES
+from movements.services.overrides import override_propose
 from qtg.core.actors import Actor
 from qtg.core.policies import Refusal
 
@@ -134,6 +136,82 @@ class ResolveUnknownForm(ActionForm):
     )
 
 
+# --- the two-person rule in the console -------------------------------------------------------
+# While QTG_TWO_PERSON_OVERRIDES is on, the console's force-complete, force-fail, cancel after
+# a side effect and resolve-as-FAILED propose the override; another supervisor confirms it on
+# the Override proposals page. The movement returned carries the proposal
+# (``proposed_override``) so the page says what happened.
+
+TWO_PERSON_NOTE = (
+    " Under the two-person rule this proposes it: another supervisor confirms it on the "
+    "Override proposals page before it expires."
+)
+
+
+def _proposed(request: Any, proposal: Any) -> MovementRequest:
+    movement = MovementRequest.objects.get(pk=request)
+    movement.proposed_override = proposal
+    return movement
+
+
+def _force(override: OverrideAction, direct: Callable[..., MovementRequest]):
+    def perform(*, request: Any, actor: Actor, reason: str) -> MovementRequest:
+        if not settings.QTG_TWO_PERSON_OVERRIDES:
+            return direct(request=request, actor=actor, reason=reason)
+        proposal = override_propose(request=request, action=override, actor=actor, reason=reason)
+        return _proposed(request, proposal)
+
+    return perform
+
+
+def _cancel(
+    *, request: Any, actor: Actor, reason: str, acknowledge_funds_in_transit: bool = False
+) -> MovementRequest:
+    in_transit = policies.funds_in_transit(
+        MovementRequestNode.objects.current().filter(request_id=request)
+    )
+    if settings.QTG_TWO_PERSON_OVERRIDES and in_transit and acknowledge_funds_in_transit:
+        proposal = override_propose(
+            request=request, action=OverrideAction.CANCEL_IN_TRANSIT, actor=actor, reason=reason
+        )
+        return _proposed(request, proposal)
+    return movement_cancel(
+        request=request,
+        actor=actor,
+        reason=reason,
+        acknowledge_funds_in_transit=acknowledge_funds_in_transit,
+    )
+
+
+def _resolve(
+    *,
+    request: Any,
+    actor: Actor,
+    node_key: str,
+    outcome: str,
+    evidence: str,
+    external_ref: str = "",
+) -> MovementRequest:
+    if settings.QTG_TWO_PERSON_OVERRIDES and outcome == "FAILED":
+        proposal = override_propose(
+            request=request,
+            action=OverrideAction.RESOLVE_NEVER_HAPPENED,
+            actor=actor,
+            node_key=node_key,
+            evidence=evidence,
+            reason=f"{node_key} never happened",
+        )
+        return _proposed(request, proposal)
+    return node_resolve_unknown(
+        request=request,
+        actor=actor,
+        node_key=node_key,
+        outcome=outcome,
+        evidence=evidence,
+        external_ref=external_ref,
+    )
+
+
 @dataclass(frozen=True)
 class Situation:
     """What the console knows when it asks an action's policy: who asks, the movement, its live
@@ -227,11 +305,12 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.CANCEL,
             label="Cancel",
             what_happens="Steps that have not started are cancelled and the movement ends as "
-            "CANCELLED. Refused while money may be in flight.",
+            "CANCELLED. Refused while money may be in flight. After a step that moves money "
+            "completed, this is a two-person override." + TWO_PERSON_NOTE,
             refusal=lambda s: policies.cancel_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
-            perform=movement_cancel,
+            perform=_cancel,
             form_class=CancelForm,
             dangerous=True,
         ),
@@ -239,11 +318,12 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.RESOLVE_UNKNOWN,
             label="Resolve UNKNOWN node",
             what_happens="The node takes the outcome you give, with your evidence recorded, and "
-            "the movement carries on from there.",
+            "the movement carries on from there. FAILED (never happened) is a two-person "
+            "override." + TWO_PERSON_NOTE,
             refusal=lambda s: policies.resolve_unknown_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
-            perform=node_resolve_unknown,
+            perform=_resolve,
             form_class=ResolveUnknownForm,
             picks_node=True,
         ),
@@ -311,11 +391,11 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.FORCE_COMPLETE,
             label="Force complete",
             what_happens="The movement is marked COMPLETED on your word and its reservation is "
-            "consumed. Steps that have not started are cancelled.",
+            "consumed. Steps that have not started are cancelled." + TWO_PERSON_NOTE,
             refusal=lambda s: policies.force_complete_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
-            perform=intervention_force_complete,
+            perform=_force(OverrideAction.FORCE_COMPLETE, intervention_force_complete),
             form_class=ReasonForm,
             dangerous=True,
         ),
@@ -323,11 +403,11 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.FORCE_FAIL,
             label="Force fail",
             what_happens="The movement is marked FAILED on your word. Steps that have not "
-            "started are cancelled.",
+            "started are cancelled." + TWO_PERSON_NOTE,
             refusal=lambda s: policies.force_fail_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
-            perform=intervention_force_fail,
+            perform=_force(OverrideAction.FORCE_FAIL, intervention_force_fail),
             form_class=ReasonForm,
             dangerous=True,
         ),

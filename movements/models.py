@@ -101,6 +101,18 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         related_name="movements_approved",
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # What approving this movement takes (``movements.services.approvals``): set from the
+    # approval policy in force at creation, re-read at each approval; the policy version the
+    # quorum was reached under stays here once APPROVED.
+    approval_policy = models.ForeignKey(
+        "ApprovalPolicy",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="movements",
+    )
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    approval_groups = models.JSONField(default=list, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     current_frontier = models.JSONField(default=list, blank=True)
     failure_reason = models.TextField(blank=True)
@@ -140,6 +152,12 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
                 "handle_attention",
                 "Can snooze, resolve or stop watching a movement that needs attention",
             ),
+            (
+                "propose_override",
+                "Can propose a two-person override (force-complete, force-fail, cancel in "
+                "transit, resolve UNKNOWN as never happened)",
+            ),
+            ("confirm_override", "Can confirm another supervisor's override proposal"),
         ]
 
     def __str__(self) -> str:
@@ -369,3 +387,218 @@ class MovementAttention(models.Model):
         if self.resolved_at is not None:
             return False
         return self.snoozed_until is None or self.snoozed_until <= (now or timezone.now())
+
+
+class PolicyStatus(models.TextChoices):
+    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
+    ACTIVE = "ACTIVE", "Active"
+    SUPERSEDED = "SUPERSEDED", "Superseded"
+    REJECTED = "REJECTED", "Rejected"
+
+
+class ApprovalPolicy(models.Model):
+    """One version of an approval rule: which movements it covers (asset, amount range,
+    template, destination; blank = any) and what approving them takes (distinct approvers,
+    never the creator, and the groups at least one of them must come from). A version is
+    proposed by one person and takes effect only when a second person activates it; it then
+    supersedes the active version of the same key. Versions are never edited once proposed."""
+
+    key = models.SlugField(max_length=64)
+    version = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=16, choices=PolicyStatus.choices, default=PolicyStatus.PROPOSED
+    )
+    asset = models.CharField(max_length=32, blank=True, help_text="Blank: any asset.")
+    template_key = models.CharField(max_length=64, blank=True, help_text="Blank: any template.")
+    destination = models.CharField(max_length=200, blank=True, help_text="Blank: any destination.")
+    amount_above = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="Applies to amounts strictly above this."
+    )
+    amount_up_to = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="Applies to amounts up to this (inclusive)."
+    )
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    required_groups = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Group names, e.g. ["supervisors"]: at least one approver from each.',
+    )
+    note = models.TextField(blank=True)
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_policies_proposed",
+    )
+    proposed_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="approval_policies_decided",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["key", "-version"]
+        verbose_name_plural = "approval policies"
+        constraints = [
+            models.UniqueConstraint(fields=["key", "version"], name="approval_policy_version"),
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=Q(status="ACTIVE"),
+                name="one_active_approval_policy_per_key",
+            ),
+        ]
+        permissions = [
+            ("propose_approvalpolicy", "Can propose an approval policy version"),
+            ("decide_approvalpolicy", "Can activate or reject an approval policy version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} v{self.version} ({self.status})"
+
+
+class MovementApproval(models.Model):
+    """One person's approval of a movement, bound to what they approved: ``binding_hash`` is
+    taken over the compiled plan, amount, asset, source and destination. If the movement no
+    longer hashes the same at dispatch, the approval is void (``void_at``, ``void_reason``)."""
+
+    request = models.ForeignKey(MovementRequest, on_delete=models.PROTECT, related_name="approvals")
+    approver = models.CharField(max_length=160, help_text="The actor, as recorded in events.")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="movement_approvals",
+    )
+    approved_at = models.DateTimeField(default=timezone.now)
+    groups = models.JSONField(default=list, blank=True, help_text="The approver's groups then.")
+    policy = models.ForeignKey(
+        ApprovalPolicy, null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
+    )
+    binding_hash = models.CharField(max_length=64)
+    void_at = models.DateTimeField(null=True, blank=True)
+    void_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["approved_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "approver"], name="one_approval_per_person_per_movement"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.approver} at {self.approved_at:%Y-%m-%d %H:%M:%S}"
+
+
+class EntryStatus(models.TextChoices):
+    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
+    ACTIVE = "ACTIVE", "Active"
+    REMOVED = "REMOVED", "Removed"
+    REJECTED = "REJECTED", "Rejected"
+
+
+class AddressBookEntry(models.Model):
+    """A vetted destination for an asset on a network, with a label. Added by one person,
+    approved by another (four-eyes); usable from ``usable_from`` (approval + the cool-down)."""
+
+    asset = models.CharField(max_length=32)
+    network = models.CharField(max_length=64, blank=True, help_text="Blank: no network param.")
+    address = models.CharField(max_length=200)
+    label = models.CharField(max_length=200)
+    status = models.CharField(
+        max_length=16, choices=EntryStatus.choices, default=EntryStatus.PROPOSED
+    )
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="address_entries_proposed",
+    )
+    proposed_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="address_entries_decided",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    usable_from = models.DateTimeField(null=True, blank=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["asset", "network", "label"]
+        verbose_name_plural = "address book entries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["asset", "network", "address"],
+                condition=Q(status__in=["PROPOSED", "ACTIVE"]),
+                name="one_live_address_entry",
+            ),
+        ]
+        permissions = [
+            ("propose_addressbookentry", "Can propose an address book entry"),
+            ("decide_addressbookentry", "Can approve, reject or remove an address book entry"),
+        ]
+
+    def __str__(self) -> str:
+        network = f"/{self.network}" if self.network else ""
+        return f"{self.label}: {self.address} ({self.asset}{network}, {self.status})"
+
+
+class OverrideAction(models.TextChoices):
+    FORCE_COMPLETE = "force_complete", "Force-complete"
+    FORCE_FAIL = "force_fail", "Force-fail"
+    CANCEL_IN_TRANSIT = "cancel_in_transit", "Cancel after a side effect (funds in transit)"
+    RESOLVE_NEVER_HAPPENED = "resolve_never_happened", "Resolve UNKNOWN as never happened"
+
+
+class OverrideStatus(models.TextChoices):
+    PROPOSED = "PROPOSED", "Proposed"
+    CONFIRMED = "CONFIRMED", "Confirmed"
+
+
+class OverrideProposal(models.Model):
+    """A supervisor's proposal of an override, carried out only when another supervisor
+    confirms it before ``expires_at``."""
+
+    request = models.ForeignKey(
+        MovementRequest, on_delete=models.PROTECT, related_name="override_proposals"
+    )
+    action = models.CharField(max_length=32, choices=OverrideAction.choices)
+    node_key = models.CharField(max_length=64, blank=True)
+    reason = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    status = models.CharField(
+        max_length=16, choices=OverrideStatus.choices, default=OverrideStatus.PROPOSED
+    )
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="overrides_proposed"
+    )
+    proposed_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="overrides_confirmed",
+    )
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-proposed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} of {self.request_id} ({self.status})"
+
+    def is_expired(self, now: Any = None) -> bool:
+        return self.status == OverrideStatus.PROPOSED and self.expires_at <= (now or timezone.now())

@@ -9,7 +9,17 @@ create the same groups.
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
-from movements.policies import CANCEL_IN_TRANSIT_PERMISSION, PERMISSIONS, Action
+from movements.policies import (
+    CANCEL_IN_TRANSIT_PERMISSION,
+    CONFIRM_OVERRIDE_PERMISSION,
+    DECIDE_ADDRESS_PERMISSION,
+    DECIDE_POLICY_PERMISSION,
+    PERMISSIONS,
+    PROPOSE_ADDRESS_PERMISSION,
+    PROPOSE_OVERRIDE_PERMISSION,
+    PROPOSE_POLICY_PERMISSION,
+    Action,
+)
 
 OPERATORS = "operators"
 SUPERVISORS = "supervisors"
@@ -24,6 +34,10 @@ VIEW_PERMISSIONS = (
     "reservations.view_hardcap",
     "callbacks.view_delivery",
     "callbacks.view_subscription",
+    "movements.view_movementapproval",
+    "movements.view_approvalpolicy",
+    "movements.view_addressbookentry",
+    "movements.view_overrideproposal",
 )
 
 OPERATOR_ACTIONS = (Action.APPROVE, Action.REJECT, Action.RESUME_GATE, Action.CANCEL)
@@ -36,6 +50,14 @@ SUPERVISOR_PERMISSIONS = (
     *(PERMISSIONS[a] for a in Action if a not in OPERATOR_ACTIONS),
     # Cancelling once funds are in transit stops watching them.
     CANCEL_IN_TRANSIT_PERMISSION,
+    # Two-person overrides, and the rules of approval and of the address book: one
+    # supervisor proposes, another confirms or decides.
+    PROPOSE_OVERRIDE_PERMISSION,
+    CONFIRM_OVERRIDE_PERMISSION,
+    PROPOSE_POLICY_PERMISSION,
+    DECIDE_POLICY_PERMISSION,
+    PROPOSE_ADDRESS_PERMISSION,
+    DECIDE_ADDRESS_PERMISSION,
     "callbacks.redeliver_delivery",
     "reservations.settle_reservation",
 )

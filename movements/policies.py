@@ -22,7 +22,18 @@ from enum import StrEnum
 from typing import Any
 
 from movements.executors import registry
-from movements.models import MovementRequest, MovementRequestNode, NodeKind
+from movements.models import (
+    AddressBookEntry,
+    ApprovalPolicy,
+    EntryStatus,
+    MovementRequest,
+    MovementRequestNode,
+    NodeKind,
+    OverrideAction,
+    OverrideProposal,
+    OverrideStatus,
+    PolicyStatus,
+)
 from movements.states import (
     IN_FLIGHT_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -32,7 +43,13 @@ from movements.states import (
 )
 from qtg.core import policies as core
 from qtg.core.actors import Actor
-from qtg.core.errors import AcknowledgementRequired, InvalidInput, NotFound, NotPermitted
+from qtg.core.errors import (
+    AcknowledgementRequired,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    TwoPersonRequired,
+)
 from qtg.core.policies import Refusal, lacks_permission
 
 RS = RequestState
@@ -71,6 +88,15 @@ PERMISSIONS: dict[Action, str] = {
     Action.RESOLVE_ATTENTION: "movements.handle_attention",
     Action.STOP_WATCHING: "movements.handle_attention",
 }
+# Two-person overrides (``movements.services.overrides``): proposing one needs this on top of
+# the action's own permission, confirming one needs the confirm permission and the action's.
+PROPOSE_OVERRIDE_PERMISSION = "movements.propose_override"
+CONFIRM_OVERRIDE_PERMISSION = "movements.confirm_override"
+# Approval policies and address book entries: one person proposes, another decides.
+PROPOSE_POLICY_PERMISSION = "movements.propose_approvalpolicy"
+DECIDE_POLICY_PERMISSION = "movements.decide_approvalpolicy"
+PROPOSE_ADDRESS_PERMISSION = "movements.propose_addressbookentry"
+DECIDE_ADDRESS_PERMISSION = "movements.decide_addressbookentry"
 # Cancelling after a side effect completed (funds in transit) needs this on top of cancel.
 CANCEL_IN_TRANSIT_PERMISSION = "movements.cancel_in_transit"
 # The body field (API) and form field (console) that acknowledges what such a cancel means.
@@ -93,6 +119,10 @@ class Rule(StrEnum):
     UNKNOWN_NODES = "unknown_nodes"
     ACKNOWLEDGEMENT = "acknowledgement_required"
     OUTCOME = "outcome"
+    ALREADY_APPROVED = "already_approved"
+    GROUPS = "approver_groups"
+    TWO_PERSON = "two_person_required"
+    EXPIRED = "expired"
 
 
 APPROVAL_STATES = (RS.PENDING_APPROVAL,)
@@ -157,9 +187,45 @@ def waiting_gates(nodes: Nodes, node_key: str | None = None) -> list[MovementReq
 # --- one policy per action ---------------------------------------------------------------------
 
 
-def approve_refusal(*, actor: Actor, movement: MovementRequest, now: datetime) -> Refusal | None:
-    """Approve: the permission; four-eyes (nobody approves a movement they created); the
-    movement waits for approval and its window is open."""
+def actor_groups(actor: Actor) -> list[str]:
+    """The names of the groups the acting user belongs to (none for a system actor)."""
+    if actor.user is None:
+        return []
+    return sorted(actor.user.groups.values_list("name", flat=True))
+
+
+def valid_approvals(movement: MovementRequest) -> list[Any]:
+    """The approvals of the movement that still count (not void); a list page prefetches
+    them as ``valid_approvals_list``."""
+    prefetched = getattr(movement, "valid_approvals_list", None)
+    if prefetched is not None:
+        return list(prefetched)
+    return list(movement.approvals.filter(void_at__isnull=True))
+
+
+def missing_groups(movement: MovementRequest, approvals: Sequence[Any]) -> list[str]:
+    """The groups the movement's approval needs an approver from and has none from yet."""
+    covered = {group for approval in approvals for group in approval.groups}
+    return [group for group in movement.approval_groups if group not in covered]
+
+
+def quorum_met(movement: MovementRequest, approvals: Sequence[Any]) -> bool:
+    """Enough distinct approvers, and at least one from each required group."""
+    return len(approvals) >= movement.approvals_required and not missing_groups(movement, approvals)
+
+
+def approve_refusal(
+    *,
+    actor: Actor,
+    movement: MovementRequest,
+    now: datetime,
+    approvals: Sequence[Any] | None = None,
+) -> Refusal | None:
+    """Approve: the permission; four-eyes (nobody approves a movement they created, nor
+    twice); the movement waits for approval and its window is open; the approver's groups
+    (when the approvals still needed must all come from groups the movement's policy names,
+    the approver belongs to one of them). ``approvals`` are the valid approvals so far (read
+    from the movement when not given)."""
     if refusal := permission_refusal(actor, Action.APPROVE):
         return refusal
     if actor.user is not None and movement.created_by_id == actor.user.pk:
@@ -176,6 +242,24 @@ def approve_refusal(*, actor: Actor, movement: MovementRequest, now: datetime) -
             Rule.APPROVAL_WINDOW,
             f"cannot approve: the approval window closed at {closed_at}",
             {"current_state": movement.request_state, "expires_at": closed_at},
+        )
+    if approvals is None:
+        approvals = valid_approvals(movement)
+    if any(approval.approver == str(actor) for approval in approvals):
+        return Refusal(
+            Rule.ALREADY_APPROVED,
+            "you already approved this movement: the next approval must be someone else's",
+            {"approvals": len(approvals), "approvals_required": movement.approvals_required},
+            error=NotPermitted,
+        )
+    missing = missing_groups(movement, approvals)
+    slots_left = max(movement.approvals_required - len(approvals), 1)
+    if missing and len(missing) >= slots_left and not set(missing) & set(actor_groups(actor)):
+        return Refusal(
+            Rule.GROUPS,
+            f"the approval still needed must come from {' or '.join(missing)}",
+            {"missing_groups": missing, "approvals": len(approvals)},
+            error=NotPermitted,
         )
     return None
 
@@ -477,4 +561,151 @@ def stop_watching_refusal(
             f"{node.node_state}",
             {"current_state": node.node_state},
         )
+    return None
+
+
+# --- two-person overrides, approval policies, the address book --------------------------------
+
+# What each override carries out, and the permission of that action.
+OVERRIDE_PERMISSIONS: dict[str, str] = {
+    OverrideAction.FORCE_COMPLETE: PERMISSIONS[Action.FORCE_COMPLETE],
+    OverrideAction.FORCE_FAIL: PERMISSIONS[Action.FORCE_FAIL],
+    OverrideAction.CANCEL_IN_TRANSIT: CANCEL_IN_TRANSIT_PERMISSION,
+    OverrideAction.RESOLVE_NEVER_HAPPENED: PERMISSIONS[Action.RESOLVE_UNKNOWN],
+}
+
+
+def two_person_refusal(
+    *, action: str, movement: MovementRequest, override: OverrideProposal | None, enabled: bool
+) -> Refusal | None:
+    """An override (``action``, an OverrideAction) is carried out only as the confirmation of
+    another supervisor's proposal of exactly that action on that movement, while two-person
+    overrides are ``enabled``."""
+    if not enabled:
+        return None
+    if (
+        override is not None
+        and override.request_id == movement.pk
+        and override.action == action
+        and override.status == OverrideStatus.CONFIRMED
+        and override.confirmed_by_id not in (None, override.proposed_by_id)
+    ):
+        return None
+    label = OverrideAction(action).label.lower()
+    return Refusal(
+        Rule.TWO_PERSON,
+        f"two-person rule: {label} is proposed by one supervisor and confirmed by another",
+        {"current_state": movement.request_state, "override": str(action)},
+        error=TwoPersonRequired,
+    )
+
+
+def override_subject_refusal(
+    *,
+    actor: Actor,
+    movement: MovementRequest,
+    nodes: Nodes,
+    action: str,
+    node_key: str = "",
+) -> Refusal | None:
+    """What the override's own action requires now (its permission, the movement's state,
+    its nodes), asked both when it is proposed and when it is confirmed."""
+    if action == OverrideAction.FORCE_COMPLETE:
+        return force_complete_refusal(actor=actor, movement=movement, nodes=nodes)
+    if action == OverrideAction.FORCE_FAIL:
+        return force_fail_refusal(actor=actor, movement=movement, nodes=nodes)
+    if action == OverrideAction.CANCEL_IN_TRANSIT:
+        if refusal := cancel_refusal(actor=actor, movement=movement, nodes=nodes):
+            return refusal
+        if not funds_in_transit(nodes):
+            return Refusal(
+                Rule.NODE_STATE,
+                "no side effect completed: cancel it directly, no override is needed",
+                {"current_state": movement.request_state},
+            )
+        return None
+    if action == OverrideAction.RESOLVE_NEVER_HAPPENED:
+        return resolve_unknown_refusal(
+            actor=actor, movement=movement, nodes=nodes, node_key=node_key or None
+        )
+    return Refusal(Rule.OUTCOME, f"unknown override {action!r}", error=InvalidInput)
+
+
+def override_propose_refusal(
+    *,
+    actor: Actor,
+    movement: MovementRequest,
+    nodes: Nodes,
+    action: str,
+    node_key: str = "",
+) -> Refusal | None:
+    """Propose an override: the propose permission; then whatever its action requires now."""
+    return lacks_permission(actor, PROPOSE_OVERRIDE_PERMISSION) or override_subject_refusal(
+        actor=actor, movement=movement, nodes=nodes, action=action, node_key=node_key
+    )
+
+
+def override_confirm_refusal(
+    *, actor: Actor, proposal: OverrideProposal, now: datetime
+) -> Refusal | None:
+    """Confirm an override: the confirm permission and the action's; not the person who
+    proposed it; the proposal is open and has not expired. (The action's own rules are asked
+    again when it is carried out.)"""
+    if refusal := lacks_permission(actor, CONFIRM_OVERRIDE_PERMISSION) or lacks_permission(
+        actor, OVERRIDE_PERMISSIONS[proposal.action]
+    ):
+        return refusal
+    if actor.user is None or actor.user.pk == proposal.proposed_by_id:
+        return Refusal(
+            Rule.FOUR_EYES,
+            "two-person rule: the proposal must be confirmed by another supervisor",
+            error=NotPermitted,
+        )
+    if proposal.status != OverrideStatus.PROPOSED:
+        return Refusal(
+            Rule.STATE,
+            f"the proposal is {proposal.status}",
+            {"current_state": proposal.status},
+        )
+    if proposal.is_expired(now):
+        return Refusal(
+            Rule.EXPIRED,
+            f"the proposal expired at {proposal.expires_at.isoformat()}: propose it again",
+            {"expires_at": proposal.expires_at.isoformat()},
+        )
+    return None
+
+
+def _second_person_refusal(actor: Actor, permission: str, row: Any, what: str):
+    if refusal := lacks_permission(actor, permission):
+        return refusal
+    if actor.user is None or actor.user.pk == row.proposed_by_id:
+        return Refusal(
+            Rule.FOUR_EYES,
+            f"four-eyes: {what} is decided by someone other than who proposed it",
+            error=NotPermitted,
+        )
+    if row.status not in (PolicyStatus.PROPOSED, EntryStatus.PROPOSED):
+        return Refusal(Rule.STATE, f"{row} is {row.status}", {"current_state": row.status})
+    return None
+
+
+def policy_decide_refusal(*, actor: Actor, policy: ApprovalPolicy) -> Refusal | None:
+    """Activate or reject a proposed approval policy version: the permission; not its
+    proposer; it is still proposed."""
+    return _second_person_refusal(actor, DECIDE_POLICY_PERMISSION, policy, "a policy change")
+
+
+def address_decide_refusal(*, actor: Actor, entry: AddressBookEntry) -> Refusal | None:
+    """Approve or reject a proposed address book entry: the permission; not its proposer; it
+    is still proposed."""
+    return _second_person_refusal(actor, DECIDE_ADDRESS_PERMISSION, entry, "an address")
+
+
+def address_remove_refusal(*, actor: Actor, entry: AddressBookEntry) -> Refusal | None:
+    """Remove an active entry (no four-eyes: removing only ever refuses more)."""
+    if refusal := lacks_permission(actor, DECIDE_ADDRESS_PERMISSION):
+        return refusal
+    if entry.status != EntryStatus.ACTIVE:
+        return Refusal(Rule.STATE, f"{entry} is {entry.status}", {"current_state": entry.status})
     return None

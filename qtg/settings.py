@@ -139,6 +139,24 @@ QTG_ROUTE_TEMPLATE_DIR = BASE_DIR / "movements" / "route_templates"
 QTG_DEFAULT_APPROVAL_TTL = timedelta(
     seconds=int(os.environ.get("QTG_DEFAULT_APPROVAL_TTL_SECONDS", 24 * 3600))
 )
+# The address book (README, "Approval policies and the address book"): when enforced, a
+# movement's destination must be a vetted, active entry for its asset and network, at create
+# and again at dispatch. A new entry is usable only after the cool-down (none in the embedded
+# demo, a day by default elsewhere). Enforced in production; in the embedded profile only when
+# asked (QTG_ADDRESS_BOOK_ENFORCED=1), so integrations trying QTG against the sandbox's venue
+# accounts are not refused by a book they have not filled yet.
+QTG_ADDRESS_BOOK_ENFORCED = env_bool("QTG_ADDRESS_BOOK_ENFORCED", not EMBEDDED)
+QTG_ADDRESS_COOLDOWN = timedelta(
+    seconds=float(os.environ.get("QTG_ADDRESS_COOLDOWN_SECONDS", 0 if EMBEDDED else 24 * 3600))
+)
+# Force-complete, force-fail, cancel in transit and resolving UNKNOWN as never happened are
+# proposed by one supervisor and confirmed by another within this window. On in production;
+# in the embedded profile only when asked (QTG_TWO_PERSON_OVERRIDES=1), where one supervisor
+# (and the API's single cancel call with acknowledge_funds_in_transit) does it alone.
+QTG_TWO_PERSON_OVERRIDES = env_bool("QTG_TWO_PERSON_OVERRIDES", not EMBEDDED)
+QTG_OVERRIDE_PROPOSAL_TTL = timedelta(
+    seconds=float(os.environ.get("QTG_OVERRIDE_PROPOSAL_TTL_SECONDS", 3600))
+)
 
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {

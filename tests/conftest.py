@@ -1,5 +1,7 @@
 """Fixtures shared by the whole suite: actors, users with permissions, movements."""
 
+import os
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
@@ -29,6 +31,13 @@ def pytest_configure(config):
     # Real hashing costs ~100 ms per user; tests create many users (the whole suite's one
     # place for it).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # The suite's destinations are sandbox venue accounts and its operator actions are taken
+    # by one supervisor: the address book and the two-person rule (on in production) are
+    # off here, and their own tests (tests/approvals/) turn them on. Set in the environment
+    # too, for the worker processes the slow tests start.
+    for name in ("QTG_ADDRESS_BOOK_ENFORCED", "QTG_TWO_PERSON_OVERRIDES"):
+        setattr(settings, name, False)
+        os.environ[name] = "0"
 
 
 def pytest_collection_modifyitems(config, items):

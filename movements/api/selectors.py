@@ -3,6 +3,7 @@
 from django.db.models import Prefetch, QuerySet
 
 from movements.models import (
+    MovementApproval,
     MovementAttention,
     MovementRequest,
     MovementRequestNode,
@@ -36,6 +37,13 @@ def movements_with_details() -> QuerySet[MovementRequest]:
                 "since", "pk"
             ),
             to_attr="open_attentions_list",
+        ),
+        Prefetch(
+            "approvals",
+            queryset=MovementApproval.objects.filter(void_at__isnull=True)
+            .select_related("approved_by")
+            .order_by("approved_at", "pk"),
+            to_attr="valid_approvals_list",
         ),
     )
     return qs.select_related("reservation")

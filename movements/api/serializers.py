@@ -31,6 +31,7 @@ from movements.models import (
     MovementRequestNode,
     NodeKind,
 )
+from movements.policies import valid_approvals
 from movements.selectors import current_nodes
 from movements.states import RequestState
 from qtg.core.money import format_amount
@@ -192,6 +193,11 @@ class AttentionSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class ApprovalSerializer(serializers.Serializer):
+    by = serializers.CharField(help_text="Who approved (username).")
+    at = serializers.DateTimeField(help_text="When.")
+
+
 class MovementSerializer(serializers.ModelSerializer):
     template = serializers.CharField(source="template_key")
     amount = serializers.SerializerMethodField()
@@ -201,6 +207,7 @@ class MovementSerializer(serializers.ModelSerializer):
     failure_reason = serializers.SerializerMethodField()
     created_by = serializers.SerializerMethodField()
     approved_by = serializers.SerializerMethodField()
+    approvals = serializers.SerializerMethodField()
     reservation = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
     attention = serializers.SerializerMethodField()
@@ -224,6 +231,8 @@ class MovementSerializer(serializers.ModelSerializer):
             "created_by",
             "approved_by",
             "approved_at",
+            "approvals_required",
+            "approvals",
             "failure_reason",
             "reservation",
             "nodes",
@@ -255,6 +264,22 @@ class MovementSerializer(serializers.ModelSerializer):
 
     def get_approved_by(self, movement: MovementRequest) -> str | None:
         return movement.approved_by.get_username() if movement.approved_by_id else None
+
+    @extend_schema_field(ApprovalSerializer(many=True))
+    def get_approvals(self, movement: MovementRequest) -> list[dict[str, Any]]:
+        """The approvals that count so far (an approval voided by a change is not listed);
+        the movement is APPROVED once there are ``approvals_required`` of them and its
+        policy's groups are covered."""
+        return ApprovalSerializer(
+            [
+                {
+                    "by": a.approved_by.get_username() if a.approved_by_id else a.approver,
+                    "at": a.approved_at,
+                }
+                for a in valid_approvals(movement)
+            ],
+            many=True,
+        ).data
 
     @extend_schema_field(ReservationSerializer(allow_null=True))
     def get_reservation(self, movement: MovementRequest) -> dict[str, str] | None:

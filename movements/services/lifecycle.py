@@ -21,11 +21,14 @@ from django.utils import timezone
 from movements import interface
 from movements.compiler import compile_plan
 from movements.models import (
+    MovementApproval,
     MovementEvent,
     MovementPlanEdge,
     MovementPlanNode,
     MovementRequest,
     MovementRequestNode,
+    OverrideAction,
+    OverrideProposal,
 )
 from movements.policies import (
     Action,
@@ -37,14 +40,25 @@ from movements.policies import (
     funds_in_transit,
     intervention_resume_refusal,
     permission_refusal,
+    quorum_met,
     reject_refusal,
     resolve_outcome_refusal,
     resolve_unknown_refusal,
     resume_gate_refusal,
     retry_refusal,
+    two_person_refusal,
+    valid_approvals,
     waiting_gates,
 )
 from movements.selectors import current_nodes
+from movements.services.address_book import Standing, standing_message, standing_of
+from movements.services.approvals import (
+    apply_approval_policy,
+    approval_add,
+    approval_detail,
+    refresh_requirement,
+    requirement_detail,
+)
 from movements.services.progress import (
     advance_after_completion,
     apply_request_state_from_nodes,
@@ -58,6 +72,7 @@ from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import (
     ActionRefused,
+    DestinationNotAllowlisted,
     IdempotencyConflict,
     InvalidInput,
     NotFound,
@@ -304,7 +319,28 @@ def _create(
     request.template = route_template
     request.template_version = route_template.version
     request.params = plan.params
-    save_fields(request, ["template", "template_version", "params"])
+    apply_approval_policy(request)
+    save_fields(
+        request,
+        [
+            "template",
+            "template_version",
+            "params",
+            "approval_policy",
+            "approvals_required",
+            "approval_groups",
+        ],
+    )
+    standing, entry = standing_of(request)
+    if standing == Standing.NOT_ALLOWLISTED:
+        return _fail_validation(
+            request,
+            actor,
+            DestinationNotAllowlisted(
+                standing_message(request, standing, entry),
+                details={"destination": request.destination, "asset": request.asset},
+            ),
+        )
     try:
         interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
@@ -314,7 +350,7 @@ def _create(
         request=request,
         new_state=RequestState.VALIDATED,
         actor=actor,
-        detail={"plan": [node.key for node in plan.nodes]},
+        detail={"plan": [node.key for node in plan.nodes], **requirement_detail(request)},
     )
     set_request_state(request=request, new_state=RequestState.PENDING_APPROVAL, actor=actor)
     return request
@@ -348,18 +384,29 @@ def _cancel_waiting_nodes(
 
 @transaction.atomic
 def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
-    """PENDING_APPROVAL -> APPROVED; the root nodes become READY. Nobody approves a movement
-    they created (four-eyes)."""
+    """Record one approval, bound to the movement as it is now (plan, amount, asset, source,
+    destination). Once the approval policy's quorum is met (distinct approvers, none the
+    creator, the required groups covered): PENDING_APPROVAL -> APPROVED and the root nodes
+    become READY; until then the movement stays PENDING_APPROVAL."""
     enforce(permission_refusal(actor, Action.APPROVE))
     request = _lock_request(request)
-    enforce(approve_refusal(actor=actor, movement=request, now=timezone.now()))
+    refresh_requirement(request, actor=actor)
+    approvals: list[MovementApproval] = valid_approvals(request)
+    enforce(approve_refusal(actor=actor, movement=request, now=timezone.now(), approvals=approvals))
+    approval = approval_add(request=request, actor=actor, approvals=approvals)
+    detail = approval_detail(request, approval, approvals)
+    if not quorum_met(request, approvals):
+        # The movement stays PENDING_APPROVAL; the approval is its own audit record.
+        record_event(request=request, actor=actor, detail=detail)
+        return request
     request.approved_by = actor.user
-    request.approved_at = timezone.now()
+    request.approved_at = approval.approved_at
     set_request_state(
         request=request,
         new_state=RequestState.APPROVED,
         actor=actor,
         update_fields=["approved_by", "approved_at"],
+        detail=detail,
     )
     start_roots(request, actor=actor)
     return request
@@ -429,11 +476,13 @@ def movement_cancel(
     actor: Actor,
     reason: str,
     acknowledge_funds_in_transit: bool = False,
+    override: OverrideProposal | None = None,
 ) -> MovementRequest:
     """EXECUTING/WAITING_MANUAL_ACTION -> CANCELLED; refused while any node is in flight
     (PREPARING..OBSERVING or UNKNOWN). BLOCKED and READY nodes become CANCELLED. After a side
     effect completed, only with the supervisor's permission and the acknowledgement that the
-    funds in transit are no longer watched (their reservation stays HELD)."""
+    funds in transit are no longer watched (their reservation stays HELD), and then as the
+    confirmation of another supervisor's proposal (``override``) under the two-person rule."""
     enforce(permission_refusal(actor, Action.CANCEL))
     reason = _require_reason(reason, "cancel")
     request = _lock_request(request)
@@ -448,6 +497,7 @@ def movement_cancel(
     )
     in_transit = funds_in_transit(nodes)
     if in_transit:
+        enforce(_two_person(OverrideAction.CANCEL_IN_TRANSIT, request, override))
         record_event(
             request=request,
             actor=actor,
@@ -459,6 +509,15 @@ def movement_cancel(
         )
     return _end_before_execution(
         request, new_state=RequestState.CANCELLED, actor=actor, reason=reason
+    )
+
+
+def _two_person(action: str, request: MovementRequest, override: OverrideProposal | None):
+    return two_person_refusal(
+        action=action,
+        movement=request,
+        override=override,
+        enabled=settings.QTG_TWO_PERSON_OVERRIDES,
     )
 
 
@@ -509,11 +568,14 @@ def node_resolve_unknown(
     evidence: Any,
     actor: Actor,
     external_ref: str = "",
+    override: OverrideProposal | None = None,
 ) -> MovementRequest:
     """An operator reconciles an UNKNOWN node by hand, with the evidence that says so: as an
     outcome its executor can continue from (SUBMITTED only where it can watch a submit
     settle; COMPLETED; FAILED), with the venue's reference (withdrawal id, tx hash) where the
-    steps after it need one. The reference is stored on the node and those steps run."""
+    steps after it need one. The reference is stored on the node and those steps run.
+    "Never happened" (FAILED) is a two-person override: ``override`` is the confirmed
+    proposal."""
     enforce(permission_refusal(actor, Action.RESOLVE_UNKNOWN))
     if outcome not in UNKNOWN_OUTCOMES:
         raise InvalidInput(
@@ -529,6 +591,8 @@ def node_resolve_unknown(
     enforce(resolve_unknown_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     node = _named(nodes, node_key)
     enforce(resolve_outcome_refusal(node=node, outcome=outcome, external_ref=external_ref))
+    if outcome == NodeState.FAILED:
+        enforce(_two_person(OverrideAction.RESOLVE_NEVER_HAPPENED, request, override))
     node.lease_owner, node.lease_expires_at = "", None
     fields = ["lease_owner", "lease_expires_at"]
     detail = {"resolution": "manual", "evidence": evidence}
@@ -612,10 +676,20 @@ def intervention_retry(
     return request
 
 
-def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: Actor, reason: str):
+def _force_finish(
+    request: MovementRequest,
+    *,
+    new_state: RequestState,
+    actor: Actor,
+    reason: str,
+    override: OverrideProposal | None,
+):
     nodes = current_nodes(request, lock=True)
-    policy = force_complete_refusal if new_state == RequestState.COMPLETED else force_fail_refusal
+    completing = new_state == RequestState.COMPLETED
+    policy = force_complete_refusal if completing else force_fail_refusal
     enforce(policy(actor=actor, movement=request, nodes=nodes))
+    action = OverrideAction.FORCE_COMPLETE if completing else OverrideAction.FORCE_FAIL
+    enforce(_two_person(action, request, override))
     request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
     _cancel_waiting_nodes(request, nodes, actor, reason)
     set_request_state(
@@ -631,22 +705,37 @@ def _force_finish(request: MovementRequest, *, new_state: RequestState, actor: A
 
 @transaction.atomic
 def intervention_force_complete(
-    *, request: MovementRequest | Any, actor: Actor, reason: str
+    *,
+    request: MovementRequest | Any,
+    actor: Actor,
+    reason: str,
+    override: OverrideProposal | None = None,
 ) -> MovementRequest:
-    """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed."""
+    """MANUAL_INTERVENTION -> COMPLETED on an operator's word; the reservation is consumed.
+    Under the two-person rule only as the confirmation of another supervisor's proposal
+    (``override``; ``movements.services.overrides``)."""
     enforce(permission_refusal(actor, Action.FORCE_COMPLETE))
     reason = _require_reason(reason, "force-complete")
     request = _lock_request(request)
-    return _force_finish(request, new_state=RequestState.COMPLETED, actor=actor, reason=reason)
+    return _force_finish(
+        request, new_state=RequestState.COMPLETED, actor=actor, reason=reason, override=override
+    )
 
 
 @transaction.atomic
 def intervention_force_fail(
-    *, request: MovementRequest | Any, actor: Actor, reason: str
+    *,
+    request: MovementRequest | Any,
+    actor: Actor,
+    reason: str,
+    override: OverrideProposal | None = None,
 ) -> MovementRequest:
     """MANUAL_INTERVENTION -> FAILED on an operator's word; the reservation stays held when a
-    side effect completed (an operator settles it)."""
+    side effect completed (an operator settles it). Under the two-person rule only as the
+    confirmation of another supervisor's proposal (``override``)."""
     enforce(permission_refusal(actor, Action.FORCE_FAIL))
     reason = _require_reason(reason, "force-fail")
     request = _lock_request(request)
-    return _force_finish(request, new_state=RequestState.FAILED, actor=actor, reason=reason)
+    return _force_finish(
+        request, new_state=RequestState.FAILED, actor=actor, reason=reason, override=override
+    )

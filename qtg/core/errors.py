@@ -56,6 +56,19 @@ class ReservationRefused(QTGError):
     http_status = 409
 
 
+class DestinationNotAllowlisted(QTGError):
+    """The destination is not a vetted, usable entry of the address book."""
+
+    code = "destination_not_allowlisted"
+    http_status = 409
+
+
+class TwoPersonRequired(ActionRefused):
+    """The override is carried out only when a second supervisor confirms a proposal of it."""
+
+    code = "two_person_required"
+
+
 class AcknowledgementRequired(ActionRefused):
     """The action is allowed only with an explicit acknowledgement of its consequence."""
 

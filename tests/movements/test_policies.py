@@ -64,6 +64,11 @@ class M:
     request_state: str
     created_by_id: int | None = CREATOR_PK
     expires_at: datetime | None = NOW + timedelta(hours=1)
+    # What approving takes (the default policy: one approver, any group) and the approvals
+    # so far, as a list page prefetches them.
+    approvals_required: int = 1
+    approval_groups: tuple = ()
+    valid_approvals_list: tuple = ()
 
 
 @dataclass

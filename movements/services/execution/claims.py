@@ -34,11 +34,14 @@ from django.utils import timezone
 from movements.executors import get_executor, is_registered
 from movements.executors.base import ExecutionContext, Executor, Upstream
 from movements.models import AttentionReason, MovementRequest, MovementRequestNode, NodeKind
+from movements.services.address_book import Standing, standing_message, standing_of
+from movements.services.approvals import void_changed_approvals
 from movements.services.attention import attention_raise
 from movements.services.execution.leases import take_lease
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import (
     batch,
+    record_event,
     save_fields,
     save_leases,
     set_node_state,
@@ -139,20 +142,65 @@ def _unserved(nodes: list[MovementRequestNode]) -> tuple[list, list]:
     return served, [node for node in nodes if node not in served]
 
 
+def _fail_at_dispatch(
+    node: MovementRequestNode, error: str, actor: Actor, writes: RowWriter, **evidence: Any
+) -> None:
+    """READY -> FAILED before any prepare step (nothing was attempted), with the reason."""
+    node.last_error = error
+    set_node_state(
+        node=node,
+        new_state=NS.FAILED,
+        actor=actor,
+        detail={"phase": "dispatch", "error": error, **evidence},
+        update_fields=["last_error"],
+        writer=writes,
+    )
+    apply_request_state_from_nodes(node.request, actor=actor, writer=writes)
+
+
 def _fail_unserved(nodes: list[MovementRequestNode], actor: Actor, writes: RowWriter) -> None:
     """READY nodes no executor serves: FAILED with the reason (nothing was attempted)."""
     for node in nodes:
         error = f"no executor is registered as {node.executor!r} in this deployment"
-        node.last_error = error
-        set_node_state(
-            node=node,
-            new_state=NS.FAILED,
-            actor=actor,
-            detail={"phase": "dispatch", "error": error},
-            update_fields=["last_error"],
-            writer=writes,
-        )
-        apply_request_state_from_nodes(node.request, actor=actor, writer=writes)
+        _fail_at_dispatch(node, error, actor, writes)
+
+
+def _guard(
+    nodes: list[MovementRequestNode], actor: Actor, writes: RowWriter
+) -> list[MovementRequestNode]:
+    """What dispatch checks before it claims: the approvals still match the movement (a
+    changed movement voids them and cannot start), and a side-effect node's destination is
+    in the address book (the book may have changed since create): FAILED otherwise, and a
+    destination still in its cool-down waits for it. Returns the nodes that may go on."""
+    requests = list({node.request_id: node.request for node in nodes}.values())
+    void = void_changed_approvals(requests, actor=actor, writer=writes)
+    now = timezone.now()
+    cleared = []
+    for node in nodes:
+        if error := void.get(node.request_id):
+            _fail_at_dispatch(node, error, actor, writes, approval="void")
+            continue
+        if node.has_side_effect:
+            standing, entry = standing_of(node.request, now)
+            if standing == Standing.NOT_ALLOWLISTED:
+                message = standing_message(node.request, standing, entry)
+                _fail_at_dispatch(
+                    node, message, actor, writes, destination=node.request.destination
+                )
+                continue
+            if standing == Standing.COOLING_DOWN:
+                node.next_attempt_at = entry.usable_from
+                save_fields(node, ["next_attempt_at"], writer=writes)
+                record_event(
+                    request=node.request,
+                    node=node,
+                    actor=actor,
+                    detail={"waiting": standing_message(node.request, standing, entry)},
+                    writer=writes,
+                )
+                continue
+        cleared.append(node)
+    return cleared
 
 
 def _park_unserved(nodes: list[MovementRequestNode], actor: Actor, writes: RowWriter) -> None:
@@ -257,6 +305,7 @@ def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[
     actor = worker_actor(owner)
     with batch() as writes:
         _fail_unserved(unserved, actor, writes)
+        nodes = _guard(nodes, actor, writes)
         _claim_locked(nodes, owner, actor, writes)
     return _make_claims(nodes, owner)
 

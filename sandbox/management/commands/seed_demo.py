@@ -2,13 +2,17 @@
 the approved ones moving on their own through the sandbox venues."""
 
 import secrets
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from movements.models import AddressBookEntry, ApprovalPolicy, EntryStatus, PolicyStatus
 from movements.services import movement_approve, movement_create
+from movements.services.address_book import address_approve, address_propose
+from movements.services.approvals import approval_policy_activate, approval_policy_propose
 from movements.states import RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import QTGError
@@ -28,7 +32,25 @@ SUPERVISOR_PERMS = (
     "retry_node",
     "force_complete_movement",
     "force_fail_movement",
+    "cancel_in_transit",
+    "propose_override",
+    "confirm_override",
+    "propose_approvalpolicy",
+    "decide_approvalpolicy",
+    "propose_addressbookentry",
+    "decide_addressbookentry",
 )
+
+# The demo's approval policy: movements above 10,000 need two approvers.
+DEMO_POLICY = {"key": "above-10k", "approvals_required": 2, "amount_above": "10000"}
+DEMO_SOURCE, DEMO_DESTINATION = "sandbox-exchange-a", "sandbox-exchange-b"
+# The address book entries the demo movements need: their destination for USDC on each
+# network they travel (``network`` of the exchange templates, ``destination_chain`` of CCTP;
+# the templates' defaults).
+DEMO_ADDRESS_BOOK = [
+    ("USDC", "ethereum", DEMO_DESTINATION, "Sandbox exchange B (ethereum)"),
+    ("USDC", "arbitrum", DEMO_DESTINATION, "Sandbox exchange B (arbitrum, via CCTP)"),
+]
 
 # (idempotency key, template, amount, params, approve?, what an operator will see)
 DEMO_MOVEMENTS: list[tuple[str, str, str, dict[str, Any], bool, str]] = [
@@ -116,6 +138,34 @@ class Command(BaseCommand):
             user.user_permissions.add(*_perms(perms))
         return User.objects.get(pk=user.pk), password
 
+    def _controls(self, *, proposer: Actor, second: Actor) -> None:
+        """The demo's approval policy and address book, each proposed by one person and
+        activated by another (idempotent)."""
+        if not ApprovalPolicy.objects.filter(
+            key=DEMO_POLICY["key"], status=PolicyStatus.ACTIVE
+        ).exists():
+            approval_policy_activate(
+                policy=approval_policy_propose(
+                    actor=proposer,
+                    key=DEMO_POLICY["key"],
+                    approvals_required=DEMO_POLICY["approvals_required"],
+                    amount_above=Decimal(DEMO_POLICY["amount_above"]),
+                    note="demo: two approvers above 10,000",
+                ),
+                actor=second,
+            )
+        for asset, network, address, label in DEMO_ADDRESS_BOOK:
+            if AddressBookEntry.objects.filter(
+                asset=asset, network=network, address=address, status=EntryStatus.ACTIVE
+            ).exists():
+                continue
+            address_approve(
+                entry=address_propose(
+                    actor=proposer, asset=asset, network=network, address=address, label=label
+                ),
+                actor=second,
+            )
+
     @transaction.atomic
     def handle(self, *args, reset_passwords=False, **options):
         reset = reset_passwords
@@ -127,6 +177,8 @@ class Command(BaseCommand):
         # Reservations fail closed: the demo assets need hardcaps before any movement.
         hardcap_ensure_demo_defaults()
         operator, supervisor = users["operator"][0], users["supervisor"][0]
+        admin_user = users["admin"][0]
+        self._controls(proposer=Actor.for_user(admin_user), second=Actor.for_user(supervisor))
         created = 0
         for key, template, amount, params, approve, note in DEMO_MOVEMENTS:
             try:
@@ -134,8 +186,8 @@ class Command(BaseCommand):
                     template=template,
                     asset="USDC",
                     amount=amount,
-                    source="sandbox-exchange-a",
-                    destination="sandbox-exchange-b",
+                    source=DEMO_SOURCE,
+                    destination=DEMO_DESTINATION,
                     params=params,
                     idempotency_key=key,
                     actor=Actor.for_user(operator),
@@ -143,8 +195,10 @@ class Command(BaseCommand):
                 if request.replayed:
                     continue
                 created += 1
-                if approve and request.request_state == RequestState.PENDING_APPROVAL:
-                    movement_approve(request=request, actor=Actor.for_user(supervisor))
+                # Above 10,000 the policy wants a second approver: the admin.
+                for approver in (supervisor, admin_user):
+                    if approve and request.request_state == RequestState.PENDING_APPROVAL:
+                        request = movement_approve(request=request, actor=Actor.for_user(approver))
             except QTGError as exc:
                 self.stderr.write(f"demo movement {key}: {exc.message}")
                 continue

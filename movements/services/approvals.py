@@ -1,0 +1,331 @@
+"""Approval policies and what each approval is bound to.
+
+A policy version (``ApprovalPolicy``) covers movements by asset, amount range, template and
+destination, and says how many distinct approvers they need (never the creator) and the groups
+at least one approver must come from. A version takes effect only when a second person
+activates it; where several active policies cover a movement, the strictest applies (most
+approvers, then most groups). No policy: one approver, any group.
+
+Each approval stores a hash over what was approved: the compiled plan, the amount, the asset,
+the source and the destination. At dispatch the movement is hashed again; an approval that no
+longer matches is void and the node fails (the movement cannot start on it).
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from movements.models import (
+    ApprovalPolicy,
+    MovementApproval,
+    MovementPlanEdge,
+    MovementPlanNode,
+    MovementRequest,
+    PolicyStatus,
+)
+from movements.policies import actor_groups, policy_decide_refusal
+from movements.services.state import record_event, save_fields
+from qtg.core.actors import Actor
+from qtg.core.errors import InvalidInput
+from qtg.core.money import format_amount
+from qtg.core.policies import enforce, lacks_permission
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+def _covers(policy: ApprovalPolicy, request: MovementRequest) -> bool:
+    amount = Decimal(request.amount)
+    return (
+        (not policy.asset or policy.asset.upper() == request.asset.upper())
+        and (not policy.template_key or policy.template_key == request.template_key)
+        and (not policy.destination or policy.destination == request.destination)
+        and (policy.amount_above is None or amount > policy.amount_above)
+        and (policy.amount_up_to is None or amount <= policy.amount_up_to)
+    )
+
+
+def approval_policy_for(request: MovementRequest) -> ApprovalPolicy | None:
+    """The active policy that governs ``request``: the strictest of those covering it."""
+    covering = [
+        policy
+        for policy in ApprovalPolicy.objects.filter(status=PolicyStatus.ACTIVE)
+        if _covers(policy, request)
+    ]
+    return max(
+        covering,
+        key=lambda p: (p.approvals_required, len(p.required_groups), p.key),
+        default=None,
+    )
+
+
+def policy_label(policy: ApprovalPolicy | None) -> str:
+    return f"{policy.key} v{policy.version}" if policy else "default (one approver)"
+
+
+def apply_approval_policy(request: MovementRequest) -> bool:
+    """Set what approving ``request`` takes from the policy in force; True if it changed."""
+    policy = approval_policy_for(request)
+    required = max(1, policy.approvals_required) if policy else 1
+    groups = sorted(set(policy.required_groups)) if policy else []
+    changed = (request.approval_policy_id, request.approvals_required, request.approval_groups) != (
+        policy.pk if policy else None,
+        required,
+        groups,
+    )
+    request.approval_policy = policy
+    request.approvals_required = required
+    request.approval_groups = groups
+    return changed
+
+
+def requirement_detail(request: MovementRequest) -> dict[str, Any]:
+    return {
+        "policy": policy_label(request.approval_policy),
+        "approvals_required": request.approvals_required,
+        "required_groups": list(request.approval_groups),
+    }
+
+
+def approval_policy_validate(fields: dict[str, Any]) -> None:
+    """Refuse a policy version that could never be met or reads ambiguously."""
+    errors: dict[str, list[str]] = {}
+    if not fields.get("key"):
+        errors["key"] = ["required"]
+    if int(fields.get("approvals_required") or 0) < 1:
+        errors["approvals_required"] = ["at least 1"]
+    groups = fields.get("required_groups") or []
+    if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
+        errors["required_groups"] = ["a list of group names"]
+    elif len(set(groups)) > int(fields.get("approvals_required") or 0):
+        errors["required_groups"] = ["more groups than approvers"]
+    above, up_to = fields.get("amount_above"), fields.get("amount_up_to")
+    if above is not None and up_to is not None and Decimal(up_to) <= Decimal(above):
+        errors["amount_up_to"] = ["must be above amount_above"]
+    if errors:
+        raise InvalidInput("the approval policy is invalid", details=errors)
+
+
+@transaction.atomic
+def approval_policy_propose(
+    *,
+    actor: Actor,
+    key: str,
+    approvals_required: int,
+    required_groups: Sequence[str] = (),
+    asset: str = "",
+    template_key: str = "",
+    destination: str = "",
+    amount_above: Decimal | None = None,
+    amount_up_to: Decimal | None = None,
+    note: str = "",
+) -> ApprovalPolicy:
+    """A new version of policy ``key``, PROPOSED: it takes effect when a second person
+    activates it."""
+    enforce(lacks_permission(actor, "movements.propose_approvalpolicy"))
+    fields = {
+        "key": (key or "").strip(),
+        "approvals_required": approvals_required,
+        "required_groups": list(required_groups),
+        "asset": (asset or "").strip().upper(),
+        "template_key": (template_key or "").strip(),
+        "destination": (destination or "").strip(),
+        "amount_above": amount_above,
+        "amount_up_to": amount_up_to,
+        "note": note,
+    }
+    approval_policy_validate(fields)
+    # Versions of one key are numbered under a lock on its existing rows.
+    list(ApprovalPolicy.objects.select_for_update().filter(key=fields["key"]))
+    last = ApprovalPolicy.objects.filter(key=fields["key"]).aggregate(v=Max("version"))["v"]
+    return ApprovalPolicy.objects.create(
+        **fields,
+        version=(last or 0) + 1,
+        status=PolicyStatus.PROPOSED,
+        proposed_by=actor.user,
+        proposed_at=timezone.now(),
+    )
+
+
+def _lock_policy(policy: ApprovalPolicy | Any) -> ApprovalPolicy:
+    pk = policy.pk if isinstance(policy, ApprovalPolicy) else policy
+    return ApprovalPolicy.objects.select_for_update().get(pk=pk)
+
+
+@transaction.atomic
+def approval_policy_activate(*, policy: ApprovalPolicy | Any, actor: Actor) -> ApprovalPolicy:
+    """A second person activates a proposed version; the active version of its key, if any,
+    is superseded. Movements waiting for approval pick it up at their next approval."""
+    policy = _lock_policy(policy)
+    enforce(policy_decide_refusal(actor=actor, policy=policy))
+    now = timezone.now()
+    for previous in ApprovalPolicy.objects.select_for_update().filter(
+        key=policy.key, status=PolicyStatus.ACTIVE
+    ):
+        previous.status = PolicyStatus.SUPERSEDED
+        previous.superseded_at = now
+        previous.save(update_fields=["status", "superseded_at"])
+    policy.status = PolicyStatus.ACTIVE
+    policy.decided_by = actor.user
+    policy.decided_at = now
+    policy.save(update_fields=["status", "decided_by", "decided_at"])
+    return policy
+
+
+@transaction.atomic
+def approval_policy_reject(*, policy: ApprovalPolicy | Any, actor: Actor) -> ApprovalPolicy:
+    """A second person turns a proposed version down; nothing changes."""
+    policy = _lock_policy(policy)
+    enforce(policy_decide_refusal(actor=actor, policy=policy))
+    policy.status = PolicyStatus.REJECTED
+    policy.decided_by = actor.user
+    policy.decided_at = timezone.now()
+    policy.save(update_fields=["status", "decided_by", "decided_at"])
+    return policy
+
+
+# --- what an approval is bound to --------------------------------------------------------------
+
+
+def _binding(request: MovementRequest, nodes: Iterable[Any], edges: Iterable[Any]) -> str:
+    canonical = {
+        "asset": request.asset,
+        "amount": format_amount(Decimal(request.amount)),
+        "source": request.source,
+        "destination": request.destination,
+        "plan": sorted(
+            [
+                n.key,
+                n.kind,
+                n.executor,
+                n.has_side_effect,
+                n.signing_required,
+                n.config,
+                n.condition,
+            ]
+            for n in nodes
+        ),
+        "edges": sorted([e.source.key, e.target.key, e.kind] for e in edges),
+    }
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def approval_binding(request: MovementRequest) -> str:
+    """The hash an approval of ``request`` is bound to (plan, amount, asset, source,
+    destination), as the movement is in the database now."""
+    nodes = MovementPlanNode.objects.filter(request=request)
+    edges = MovementPlanEdge.objects.filter(request=request).select_related("source", "target")
+    return _binding(request, nodes, edges)
+
+
+def bindings_of(requests: Sequence[MovementRequest]) -> dict[Any, str]:
+    """``approval_binding`` of several movements with two queries (the dispatch batch)."""
+    ids = [r.pk for r in requests]
+    nodes: dict[Any, list] = {pk: [] for pk in ids}
+    edges: dict[Any, list] = {pk: [] for pk in ids}
+    for node in MovementPlanNode.objects.filter(request_id__in=ids):
+        nodes[node.request_id].append(node)
+    for edge in MovementPlanEdge.objects.filter(request_id__in=ids).select_related(
+        "source", "target"
+    ):
+        edges[edge.request_id].append(edge)
+    return {r.pk: _binding(r, nodes[r.pk], edges[r.pk]) for r in requests}
+
+
+def approval_add(
+    *, request: MovementRequest, actor: Actor, approvals: list[MovementApproval]
+) -> MovementApproval:
+    """Store ``actor``'s approval of the locked ``request``, bound to it as it is now, and
+    append it to ``approvals``. The caller records it (``approval_detail``)."""
+    approval = MovementApproval.objects.create(
+        request=request,
+        approver=str(actor),
+        approved_by=actor.user,
+        approved_at=timezone.now(),
+        groups=actor_groups(actor),
+        policy=request.approval_policy,
+        binding_hash=approval_binding(request),
+    )
+    approvals.append(approval)
+    return approval
+
+
+def approval_detail(
+    request: MovementRequest, approval: MovementApproval, approvals: Sequence[MovementApproval]
+) -> dict[str, Any]:
+    """The evidence of one approval (n of m, by whom, bound to which hash)."""
+    return {
+        "approval": len(approvals),
+        "of": request.approvals_required,
+        "by": approval.approver,
+        "groups": approval.groups,
+        "binding_hash": approval.binding_hash,
+        "approvals": [a.approver for a in approvals],
+        **requirement_detail(request),
+    }
+
+
+def refresh_requirement(request: MovementRequest, *, actor: Actor) -> None:
+    """Re-read the policy in force for the locked ``request`` (it may have changed since the
+    movement was created); a change is recorded."""
+    before = policy_label(request.approval_policy)
+    if apply_approval_policy(request):
+        save_fields(request, ["approval_policy", "approvals_required", "approval_groups"])
+        record_event(
+            request=request,
+            actor=actor,
+            detail={"approval_policy_changed_from": before, **requirement_detail(request)},
+        )
+
+
+def void_changed_approvals(
+    requests: Sequence[MovementRequest], *, actor: Actor, writer: Any = None
+) -> dict[Any, str]:
+    """At dispatch: the approvals of ``requests`` whose binding no longer matches become void
+    (recorded as an event). Returns, for each movement left without a valid approval by
+    that, why it cannot start. Movements approved before approvals were bound (no approval
+    rows) are not judged."""
+    if not requests:
+        return {}
+    by_request: dict[Any, list[MovementApproval]] = {r.pk: [] for r in requests}
+    for approval in MovementApproval.objects.filter(request_id__in=list(by_request)):
+        by_request[approval.request_id].append(approval)
+    judged = [r for r in requests if by_request[r.pk]]
+    bindings = bindings_of(judged)
+    refused: dict[Any, str] = {}
+    now = timezone.now()
+    for request in judged:
+        approvals = by_request[request.pk]
+        changed = [
+            a for a in approvals if a.void_at is None and a.binding_hash != bindings[request.pk]
+        ]
+        for approval in changed:
+            approval.void_at = now
+            approval.void_reason = (
+                "the movement changed after approval (plan, amount, asset, source or destination)"
+            )
+            approval.save(update_fields=["void_at", "void_reason"])
+        if changed:
+            record_event(
+                request=request,
+                actor=actor,
+                detail={
+                    "approvals_void": [a.approver for a in changed],
+                    "reason": changed[0].void_reason,
+                    "approved_hash": changed[0].binding_hash,
+                    "current_hash": bindings[request.pk],
+                },
+                writer=writer,
+            )
+        if not any(a.void_at is None for a in approvals):
+            refused[request.pk] = (
+                "approval void: the movement changed after it was approved "
+                "(plan, amount, asset, source or destination)"
+            )
+    return refused
