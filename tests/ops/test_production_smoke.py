@@ -48,6 +48,8 @@ def production_env(tmp: Path, **extra: str) -> dict[str, str]:
         QTG_SANDBOX_ENABLED="1",
         QTG_SANDBOX_TIME_SCALE="0.01",
         QTG_TICK_SECONDS="0.5",
+        # The demo's address book is activated as it is seeded: no day-long cool-down here.
+        QTG_ADDRESS_COOLDOWN_SECONDS="0",
         QTG_METRICS_TOKEN=TOKEN,
         QTG_CELERY_QUEUE="smoke-" + uuid.uuid4().hex[:8],
         QTG_WORKER_POOL="solo",
@@ -165,12 +167,15 @@ def test_the_api_docs_assets_are_served_too(deployment):
 
 def test_metrics_requires_the_token_and_carries_every_name(deployment):
     url = f"{deployment['base']}/metrics"
-    wait_until(url, lambda r: r.status_code in (200, 401))
+    authorised = {"Authorization": f"Bearer {TOKEN}"}
+
+    # the venue-call histogram appears with the workers' first venue call
+    response = wait_until(
+        url, lambda r: r.status_code == 200 and all(n in r.text for n in NAMES), headers=authorised
+    )
 
     assert httpx.get(url, timeout=10).status_code == 401
-    response = httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-
-    assert response.status_code == 200
+    assert httpx.get(url, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
     for name in NAMES:
         assert name in response.text, name
 
