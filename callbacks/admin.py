@@ -2,16 +2,19 @@
 one action is to redeliver (through ``delivery_redeliver``) after a confirmation page."""
 
 import json
+from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 
+from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
-from callbacks.services import delivery_redeliver
+from callbacks.services import delivery_redeliver, subscription_rotate_secret
 from movements.interface import add_movement_page_inline
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
@@ -30,18 +33,75 @@ class SubscriptionForm(forms.ModelForm):
         help_text="The events this receiver is sent.",
     )
 
+    new_secret = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(attrs={"size": 60, "autocomplete": "new-password"}),
+        help_text="Write-only. Leave empty to keep the secret (a new subscription gets a "
+        "generated one, shown once). A whsec_ secret of at least 32 bytes; on a change the "
+        "old secret keeps signing next to it for the overlap window.",
+    )
+    rotate_secret = forms.BooleanField(
+        required=False,
+        help_text="Generate a new secret (shown once after saving); the old one keeps "
+        "signing next to it for the overlap window.",
+    )
+
     class Meta:
         model = Subscription
-        fields = ("name", "url", "secret", "event_types", "is_active")
-        widgets = {"secret": forms.TextInput(attrs={"size": 60, "autocomplete": "off"})}
+        fields = ("name", "url", "event_types", "is_active")
+
+    def clean_new_secret(self) -> str:
+        value = self.cleaned_data.get("new_secret") or ""
+        if value:
+            try:
+                signing.secret_key(value)
+            except ValueError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return value
 
 
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
     form = SubscriptionForm
-    list_display = ("name", "url", "events", "is_active", "pending", "dead")
+    list_display = ("name", "url", "owner", "events", "is_active", "pending", "dead")
     list_filter = ("is_active",)
     search_fields = ("name", "url")
+    list_select_related = ("owner",)
+    readonly_fields = ("owner", "secret_fingerprint", "previous_secret_expires_at", "deleted_at")
+
+    @admin.display(description="secret")
+    def secret_fingerprint(self, obj: Subscription) -> str:
+        return obj.secret_fingerprint if obj.pk else "-"
+
+    def save_model(self, request, obj, form, change):
+        given = form.cleaned_data.get("new_secret")
+        rotate = form.cleaned_data.get("rotate_secret")
+        if not change:
+            if given:
+                obj.secret = given
+            obj.save()
+            if not given:
+                self._show_once(request, obj.secret)
+            return
+        obj.save()
+        if given or rotate:
+            overlap = timedelta(seconds=float(settings.QTG_WEBHOOK_SECRET_OVERLAP_SECONDS))
+            secret = subscription_rotate_secret(subscription=obj, overlap=overlap)
+            if given:
+                Subscription.objects.filter(pk=obj.pk).update(secret=given)
+            else:
+                self._show_once(request, secret)
+            obj.refresh_from_db()
+
+    def _show_once(self, request, secret: str) -> None:
+        messages.warning(
+            request,
+            format_html(
+                "The signing secret, shown this once (store it with the receiver): <code>{}</code>",
+                secret,
+            ),
+        )
 
     def get_queryset(self, request):
         return (
@@ -134,7 +194,7 @@ class DeliveryAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="movement", ordering="request")
     def movement(self, obj: Delivery) -> str:
-        return str(obj.request_id)[:8]
+        return str(obj.request_id)[:8] if obj.request_id else "(test event)"
 
     @admin.display(description="body")
     def pretty_body(self, obj: Delivery):

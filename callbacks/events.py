@@ -10,3 +10,6 @@ EVENT_TYPES = (
     "request_expired",
     "request_cancelled",
 )
+
+# Sent by ``POST /api/v1/webhooks/{id}/test/`` only; no subscription asks for it.
+TEST_EVENT_TYPE = "webhook_test"

@@ -1,34 +1,58 @@
 """Webhook subscriptions and the transactional outbox of their deliveries."""
 
-import secrets
 import uuid
+from datetime import datetime
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from callbacks import signing
 from callbacks.events import EVENT_TYPES
 from callbacks.targets import TargetRefused, validate_target_url
 
 
 def new_secret() -> str:
-    return secrets.token_urlsafe(32)
+    return signing.new_secret()
 
 
 class Subscription(models.Model):
-    """A receiver: where to POST, the secret that signs the body, and the events it wants."""
+    """A receiver: where to POST, the secret that signs the body, and the events it wants.
+
+    ``owner`` is the API client that registered it (it is sent only its own movements'
+    events); operator-made subscriptions have none and receive every movement's events. The
+    secret is shown once, when it is made; afterwards only its fingerprint.
+    """
 
     name = models.CharField(max_length=100)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="webhook_subscriptions",
+        help_text="The API client that registered it; empty for an operator's subscription.",
+    )
     url = models.URLField(max_length=500)
     secret = models.CharField(
         max_length=200,
         default=new_secret,
-        help_text="Shared secret for the HMAC-SHA256 signature (X-QTG-Signature).",
+        help_text="Standard Webhooks secret (whsec_...); never shown after creation.",
+    )
+    previous_secret = models.CharField(max_length=200, blank=True)
+    previous_secret_expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Until then the secret replaced by the last rotation signs too.",
     )
     event_types = models.JSONField(
         default=list, help_text="The event types this receiver wants (at least one)."
     )
     is_active = models.BooleanField(default=True)
+    deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="Deleted by its client (kept for the delivery history)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -40,6 +64,23 @@ class Subscription(models.Model):
 
     def wants(self, event_type: str) -> bool:
         return event_type in (self.event_types or [])
+
+    def signing_secrets(self, now: datetime | None = None) -> list[str]:
+        """The secrets that sign an attempt now: the current one, and the previous one while
+        its overlap lasts."""
+        now = now or timezone.now()
+        valid = [self.secret]
+        if (
+            self.previous_secret
+            and self.previous_secret_expires_at
+            and self.previous_secret_expires_at > now
+        ):
+            valid.append(self.previous_secret)
+        return valid
+
+    @property
+    def secret_fingerprint(self) -> str:
+        return signing.fingerprint(self.secret)
 
     def clean(self) -> None:
         errors: dict[str, str] = {}
@@ -53,8 +94,10 @@ class Subscription(models.Model):
             unknown = sorted(set(self.event_types) - set(EVENT_TYPES))
             if unknown:
                 errors["event_types"] = f"unknown event types: {', '.join(unknown)}"
-        if not (self.secret or "").strip():
-            errors["secret"] = "required"
+        try:
+            signing.secret_key(self.secret)
+        except ValueError as exc:
+            errors["secret"] = str(exc)
         if errors:
             raise ValidationError(errors)
 
@@ -78,7 +121,12 @@ class Delivery(models.Model):
         Subscription, on_delete=models.PROTECT, related_name="deliveries"
     )
     request = models.ForeignKey(
-        "movements.MovementRequest", on_delete=models.PROTECT, related_name="callback_deliveries"
+        "movements.MovementRequest",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="callback_deliveries",
+        help_text="Empty for a test event.",
     )
     event_type = models.CharField(max_length=32, db_index=True)
     body = models.TextField(help_text="The JSON body, exactly as sent.")
@@ -110,6 +158,48 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} -> {self.subscription_id} ({self.status})"
+
+
+class Event(models.Model):
+    """One event of a movement, whoever is subscribed: the feed (``/api/v1/events/``) serves
+    these, and every delivery of the event sends the same ``body``.
+
+    ``sequence`` counts the movement's events (1, 2, ...), so a receiver can put webhooks that
+    arrive out of order back in order. ``position`` orders the feed: it is assigned after the
+    event's transaction committed, by one publisher at a time, so a client following the feed
+    with a cursor never skips an event that commits late.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    request = models.ForeignKey(
+        "movements.MovementRequest", on_delete=models.PROTECT, related_name="callback_events"
+    )
+    event_type = models.CharField(max_length=32)
+    sequence = models.PositiveIntegerField()
+    body = models.TextField(help_text="The JSON payload, exactly as delivered.")
+    occurred_at = models.DateTimeField(default=timezone.now)
+    position = models.BigIntegerField(null=True, blank=True, unique=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "sequence"], name="event_sequence_per_movement"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} #{self.sequence} of {self.request_id}"
+
+
+class FeedCounter(models.Model):
+    """The last feed position handed out (one row; its lock serialises the publishers)."""
+
+    last_position = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"feed position {self.last_position}"
 
 
 class DeliveryAttempt(models.Model):

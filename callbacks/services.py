@@ -24,33 +24,53 @@ from typing import Any
 import httpx
 from celery import current_app
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from callbacks import signing
-from callbacks.events import EVENT_TYPES
-from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
+from callbacks.events import EVENT_TYPES, TEST_EVENT_TYPE
+from callbacks.models import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryStatus,
+    Event,
+    FeedCounter,
+    Subscription,
+)
 from callbacks.targets import TargetRefused, pin_target_url
-from movements.interface import MovementRequest
+from movements.interface import (
+    MovementRequest,
+    after_writes,
+    movement_payload,
+    movement_visible_to,
+)
 from qtg.core.actors import Actor
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
 
 __all__ = [
     "EVENT_TYPES",
+    "PAYLOAD_VERSION",
     "backoff_delay",
     "callback_enqueue",
     "deliveries_enqueue_due",
     "delivery_redeliver",
     "delivery_send",
+    "events_publish",
+    "subscription_rotate_secret",
+    "subscription_send_test",
     "subscriptions_read_once",
 ]
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "QTG-Webhooks/1"
+USER_AGENT = "QTG-Webhooks/1.1"
 RESPONSE_EXCERPT_BYTES = 1024
+# The payload's shape: "1.1" is {"type", "timestamp", "data": movement + sequence, ...} signed
+# per Standard Webhooks (1 was the X-QTG-* scheme with a payload of our own).
+PAYLOAD_VERSION = "1.1"
 
 
 DELIVER_TASK = "callbacks.deliver"
@@ -71,29 +91,22 @@ def backoff_delay(attempts: int) -> timedelta:
 
 def _body(
     *,
-    delivery_id: uuid.UUID,
     event_id: uuid.UUID,
     event_type: str,
-    request: MovementRequest,
     occurred_at,
     data: dict[str, Any],
+    context: dict[str, Any],
 ) -> str:
+    """The payload: Standard Webhooks' ``type`` / ``timestamp`` / ``data``, our ``version``,
+    the event ``id`` (also the ``webhook-id`` header and the feed's id) and ``context``, what
+    this event adds to the movement (the previous state, the nodes that woke, ...)."""
     payload = {
-        "id": str(delivery_id),
-        "event_id": str(event_id),
+        "id": str(event_id),
         "type": event_type,
-        "occurred_at": occurred_at.isoformat(),
-        "request": {
-            "id": str(request.pk),
-            "state": str(request.request_state),
-            "frontier": list(request.current_frontier or []),
-            "template": request.template_key,
-            "asset": request.asset,
-            "amount": str(request.amount),
-            "source": request.source,
-            "destination": request.destination,
-        },
+        "timestamp": occurred_at.isoformat().replace("+00:00", "Z"),
+        "version": PAYLOAD_VERSION,
         "data": data,
+        "context": context,
     }
     return json.dumps(payload, cls=DjangoJSONEncoder, separators=(",", ":"))
 
@@ -133,52 +146,128 @@ def _active_subscriptions() -> list[Subscription]:
     cache = _READ_ONCE.get()
     if cache is not None and "active" in cache:
         return cache["active"]
-    active = list(Subscription.objects.filter(is_active=True))
+    active = list(
+        Subscription.objects.filter(is_active=True, deleted_at__isnull=True).select_related("owner")
+    )
     if cache is not None:
         cache["active"] = active
     return active
 
 
+def _receives(subscription: Subscription, request: MovementRequest, event_type: str) -> bool:
+    """An operator's subscription hears every movement; a client's only those it may see."""
+    if not subscription.wants(event_type):
+        return False
+    return subscription.owner_id is None or movement_visible_to(subscription.owner, request)
+
+
+def _next_sequence(request: MovementRequest) -> int:
+    # Every state change, and so every event, happens under the movement's row lock (the
+    # outbox's contract): its events are numbered one at a time, so the sequence a receiver
+    # sorts by never repeats and never goes back (a unique constraint holds it to that).
+    last = (
+        Event.objects.filter(request_id=request.pk)
+        .order_by("-sequence")
+        .values_list("sequence", flat=True)
+        .first()
+    )
+    return (last or 0) + 1
+
+
 def callback_enqueue(
     *, request: MovementRequest, event_type: str, data: dict[str, Any] | None = None
 ) -> list[Delivery]:
-    """Record the event for every active subscription that wants it, in the caller's
-    transaction; delivery tasks are queued only after it commits."""
+    """Record the event (for the feed) and a delivery for every active subscription that
+    wants it, in the caller's transaction; delivery tasks are queued, and the event is
+    published to the feed, only after it commits. Inside a worker's write batch the event is
+    recorded when the batch has written its rows (its payload shows the movement as written);
+    the deliveries are returned when recorded at once."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown callback event type {event_type!r}")
-    subscriptions = [s for s in _active_subscriptions() if s.wants(event_type)]
+    occurred_at = timezone.now()
+    recorded: list[Delivery] = []
+    after_writes(
+        lambda: recorded.extend(
+            _record_event(
+                request=request, event_type=event_type, data=data, occurred_at=occurred_at
+            )
+        )
+    )
+    return recorded
+
+
+def _record_event(
+    *, request: MovementRequest, event_type: str, data: dict[str, Any] | None, occurred_at
+) -> list[Delivery]:
+    sequence = _next_sequence(request)
+    event = Event(
+        event_id=uuid.uuid4(),
+        request=request,
+        event_type=event_type,
+        sequence=sequence,
+        occurred_at=occurred_at,
+    )
+    event.body = _body(
+        event_id=event.event_id,
+        event_type=event_type,
+        occurred_at=occurred_at,
+        data={**movement_payload(request), "sequence": sequence},
+        context=data or {},
+    )
+    event.save()
+    transaction.on_commit(_publish_quietly)
+    subscriptions = [s for s in _active_subscriptions() if _receives(s, request, event_type)]
     if not subscriptions:
         return []
     now = timezone.now()
-    event_id = uuid.uuid4()
-    deliveries = []
-    for subscription in subscriptions:
-        delivery_id = uuid.uuid4()
-        deliveries.append(
-            Delivery(
-                id=delivery_id,
-                event_id=event_id,
-                subscription=subscription,
-                request=request,
-                event_type=event_type,
-                body=_body(
-                    delivery_id=delivery_id,
-                    event_id=event_id,
-                    event_type=event_type,
-                    request=request,
-                    occurred_at=now,
-                    data=data or {},
-                ),
-                occurred_at=now,
-                created_at=now,
-                next_attempt_at=now,
-                enqueued_at=now,
-            )
+    deliveries = [
+        Delivery(
+            event_id=event.event_id,
+            subscription=subscription,
+            request=request,
+            event_type=event_type,
+            body=event.body,
+            occurred_at=occurred_at,
+            created_at=now,
+            next_attempt_at=now,
+            enqueued_at=now,
         )
+        for subscription in subscriptions
+    ]
     Delivery.objects.bulk_create(deliveries)
     ids = [d.pk for d in deliveries]
     transaction.on_commit(lambda: _queue(ids))
     return deliveries
+
+
+def events_publish(*, limit: int = 1000) -> int:
+    """Give the committed events that have none a feed position, in order; return how many.
+
+    One publisher at a time (the counter row's lock; a second one skips rather than waits),
+    so positions become visible in increasing order and a cursor never passes an event that
+    is published later."""
+    with transaction.atomic():
+        counter = FeedCounter.objects.select_for_update(skip_locked=True).filter(pk=1).first()
+        if counter is None:
+            if FeedCounter.objects.filter(pk=1).exists():
+                return 0  # another publisher holds it
+            counter, _ = FeedCounter.objects.get_or_create(pk=1)
+            counter = FeedCounter.objects.select_for_update().get(pk=1)
+        events = list(Event.objects.filter(position__isnull=True).order_by("id")[:limit])
+        for event in events:
+            counter.last_position += 1
+            event.position = counter.last_position
+        if events:
+            Event.objects.bulk_update(events, ["position"])
+            counter.save(update_fields=["last_position"])
+    return len(events)
+
+
+def _publish_quietly() -> None:
+    try:
+        events_publish()
+    except Exception:
+        logger.warning("could not publish events to the feed; the sweep will", exc_info=True)
 
 
 def deliveries_enqueue_due(*, limit: int = 500) -> int:
@@ -193,6 +282,7 @@ def deliveries_enqueue_due(*, limit: int = 500) -> int:
                 status=DeliveryStatus.PENDING,
                 next_attempt_at__lte=now,
                 subscription__is_active=True,
+                subscription__deleted_at__isnull=True,
             )
             .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lte=requeue_before))
             .order_by("next_attempt_at")
@@ -207,9 +297,10 @@ def deliveries_enqueue_due(*, limit: int = 500) -> int:
 @dataclass(frozen=True)
 class _Claim:
     delivery_id: uuid.UUID
+    event_id: uuid.UUID
     number: int
     url: str
-    secret: str
+    secrets: tuple[str, ...]
     event_type: str
     body: bytes
 
@@ -235,6 +326,7 @@ def _claim(delivery_id: Any) -> _Claim | None:
                 status=DeliveryStatus.PENDING,
                 next_attempt_at__lte=now,
                 subscription__is_active=True,
+                subscription__deleted_at__isnull=True,
             )
             .first()
         )
@@ -251,9 +343,10 @@ def _claim(delivery_id: Any) -> _Claim | None:
         subscription = delivery.subscription
         return _Claim(
             delivery_id=delivery.pk,
+            event_id=delivery.event_id,
             number=delivery.attempts,
             url=subscription.url,
-            secret=subscription.secret,
+            secrets=tuple(subscription.signing_secrets(now)),
             event_type=delivery.event_type,
             body=delivery.body.encode(),
         )
@@ -269,11 +362,8 @@ def _post(claim: _Claim) -> _Outcome:
     headers = {
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
-        signing.HEADER_EVENT: claim.event_type,
-        signing.HEADER_DELIVERY: str(claim.delivery_id),
-        signing.HEADER_TIMESTAMP: str(timestamp),
-        signing.HEADER_SIGNATURE: signing.sign(
-            secret=claim.secret, timestamp=timestamp, body=claim.body
+        **signing.headers(
+            secrets=claim.secrets, msg_id=str(claim.event_id), timestamp=timestamp, body=claim.body
         ),
         **target.headers,
     }
@@ -381,17 +471,26 @@ def delivery_send(*, delivery_id: Any) -> Delivery | None:
 @transaction.atomic
 def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
     """Queue a DEAD (or already DELIVERED) delivery again with a fresh attempt budget; the
-    delivery id stays the same so receivers can still dedupe."""
-    if not actor.has_perm("callbacks.redeliver_delivery"):
+    event id (``webhook-id``) stays the same so receivers can still dedupe. Operators need
+    the redeliver permission; an API client may redeliver to its own subscriptions."""
+    pk = delivery.pk if isinstance(delivery, Delivery) else delivery
+    try:
+        delivery = (
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("subscription")
+            .get(pk=pk)
+        )
+    except (Delivery.DoesNotExist, ValueError, TypeError, ValidationError):
+        raise NotFound(f"delivery {pk} does not exist") from None
+    owner_id = delivery.subscription.owner_id
+    if not (
+        actor.has_perm("callbacks.redeliver_delivery")
+        or (owner_id is not None and actor.user is not None and owner_id == actor.user.pk)
+    ):
         raise NotPermitted(
             f"{actor} lacks the permission callbacks.redeliver_delivery",
             details={"permission": "callbacks.redeliver_delivery"},
         )
-    pk = delivery.pk if isinstance(delivery, Delivery) else delivery
-    try:
-        delivery = Delivery.objects.select_for_update().get(pk=pk)
-    except (Delivery.DoesNotExist, ValueError, TypeError):
-        raise NotFound(f"delivery {pk} does not exist") from None
     if delivery.status == DeliveryStatus.PENDING:
         raise ActionRefused(
             "the delivery is still pending: it will be retried on its own",
@@ -416,6 +515,55 @@ def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
             "redelivered_by",
             "updated_at",
         ]
+    )
+    transaction.on_commit(lambda: _queue([delivery.pk]))
+    return delivery
+
+
+@transaction.atomic
+def subscription_rotate_secret(
+    *, subscription: Subscription, overlap: timedelta | None = None
+) -> str:
+    """Give the subscription a new secret and return it (the only time it is shown); the
+    old one keeps signing next to it for ``overlap`` (default
+    QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap."""
+    if overlap is None:
+        overlap = timedelta(seconds=float(_setting("QTG_WEBHOOK_SECRET_OVERLAP_SECONDS")))
+    subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
+    secret = signing.new_secret()
+    subscription.previous_secret = subscription.secret if overlap > timedelta(0) else ""
+    subscription.previous_secret_expires_at = (
+        timezone.now() + overlap if overlap > timedelta(0) else None
+    )
+    subscription.secret = secret
+    subscription.save(
+        update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
+    )
+    return secret
+
+
+@transaction.atomic
+def subscription_send_test(*, subscription: Subscription) -> Delivery:
+    """Send the subscription a test event (signed and delivered like any other, whatever
+    event types it asked for)."""
+    now = timezone.now()
+    event_id = uuid.uuid4()
+    delivery = Delivery.objects.create(
+        event_id=event_id,
+        subscription=subscription,
+        request=None,
+        event_type=TEST_EVENT_TYPE,
+        body=_body(
+            event_id=event_id,
+            event_type=TEST_EVENT_TYPE,
+            occurred_at=now,
+            data={"subscription_id": str(subscription.pk), "sequence": 0},
+            context={},
+        ),
+        occurred_at=now,
+        created_at=now,
+        next_attempt_at=now,
+        enqueued_at=now,
     )
     transaction.on_commit(lambda: _queue([delivery.pk]))
     return delivery

@@ -3,7 +3,12 @@ the beat schedule and queued messages refer to them)."""
 
 from celery import shared_task
 
-from callbacks.services import DELIVER_TASK, deliveries_enqueue_due, delivery_send
+from callbacks.services import (
+    DELIVER_TASK,
+    deliveries_enqueue_due,
+    delivery_send,
+    events_publish,
+)
 
 
 @shared_task(name=DELIVER_TASK, ignore_result=True, soft_time_limit=60, time_limit=90)
@@ -14,5 +19,7 @@ def deliver(delivery_id: str) -> None:
 
 @shared_task(name="callbacks.deliver_due", ignore_result=True, soft_time_limit=60, time_limit=90)
 def deliver_due() -> int:
-    """Queue a delivery task for everything due; never sends anything itself."""
+    """Publish committed events to the feed (those whose own publish was lost), then queue a
+    delivery task for everything due; never sends anything itself."""
+    events_publish()
     return deliveries_enqueue_due()

@@ -5,8 +5,11 @@ Dependencies between the apps go one way: ``qtg.core`` <- ``movements`` <- ``res
 only this module and, for venue implementations, the executor interface in
 ``movements.executors`` (a test holds every app to it). Movements never imports them.
 
-What movements offers them: the movement model, its terminal states, and a way to add a
-section to the movement page.
+What movements offers them: the movement model, its terminal states, a way to add a section
+to the movement page, the movement as the API shows it (``movement_payload``, what webhooks
+carry), who may see which movements, and the API's shared plumbing (``APIDefaults``,
+``problem_responses``: authentication, parsers, the problem+json error shape) for the
+endpoints other apps add under ``/api/v1/``.
 
 What movements needs from them, without importing them: a reservation ledger (hold when a
 movement is validated, consume on COMPLETED, release by the spec's rule) and a callback
@@ -41,8 +44,10 @@ class ReservationLedger:
 @dataclass(frozen=True)
 class CallbackOutbox:
     """``enqueue(request=, event_type=, data=)`` records the event for delivery after the
-    caller's transaction commits; ``read_once()`` is a context in which the subscriptions are
-    read once (a worker writing many transitions in one transaction)."""
+    caller's transaction commits (the caller holds the movement's row lock, as every state
+    change does: the outbox numbers a movement's events under it); ``read_once()`` is a
+    context in which the subscriptions are read once (a worker writing many transitions in
+    one transaction)."""
 
     enqueue: Callable[..., Any]
     read_once: Callable[[], AbstractContextManager[Any]]
@@ -77,6 +82,55 @@ def _require(name: str, app: str) -> Any:
         ) from None
 
 
+def movement_payload(movement: MovementRequest) -> dict[str, Any]:
+    """The movement exactly as ``GET /api/v1/movements/{id}/`` shows it (read in the caller's
+    transaction, so it is the state just written)."""
+    from movements.api.selectors import movements_with_details
+    from movements.api.serializers import MovementSerializer
+
+    return dict(MovementSerializer(movements_with_details().get(pk=movement.pk)).data)
+
+
+def after_writes(hook: Callable[[], Any]) -> None:
+    """Run ``hook`` once the movement rows written so far are in the database (at once, or
+    at the end of the worker's write batch, in the same transaction)."""
+    from movements.services.writers import after_writes as run_after
+
+    run_after(hook)
+
+
+def movements_visible_to(user: Any) -> Any:
+    """The movements an API client may see (a queryset): all of them for holders of the
+    view permission, otherwise those it created."""
+    from movements.api.selectors import movements_visible_to as visible
+
+    return visible(user)
+
+
+def movement_visible_to(user: Any, movement: MovementRequest) -> bool:
+    """Whether ``user`` may see ``movement`` (the rule of ``movements_visible_to``)."""
+    from movements.api.selectors import VIEW_ALL_PERMISSIONS
+
+    if user is None or not user.is_active:
+        return False
+    if movement.created_by_id == user.pk:
+        return True
+    return any(user.has_perm(perm) for perm in VIEW_ALL_PERMISSIONS)
+
+
+_API_EXPORTS = ("APIDefaults", "problem_responses", "ProblemSerializer", "MovementSerializer")
+
+
+def __getattr__(name: str) -> Any:
+    # The API plumbing is imported on first use: the apps import this module while Django
+    # is still loading, before the API (and DRF's settings) may be.
+    if name in _API_EXPORTS:
+        from movements.api import views
+
+        return getattr(views, name)
+    raise AttributeError(name)
+
+
 def add_movement_page_inline(inline: type) -> None:
     """Show ``inline`` (an admin inline of a model with a foreign key to the movement) on the
     movement page, after the nodes and the audit trail."""
@@ -95,8 +149,12 @@ __all__ = [
     "RequestState",
     "ReservationLedger",
     "add_movement_page_inline",
+    "after_writes",
     "callbacks",
     "movement_page_inlines",
+    "movement_payload",
+    "movement_visible_to",
+    "movements_visible_to",
     "provide_callbacks",
     "provide_reservations",
     "reservations",

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from movements.services import execution
 from movements.services.attention import detect_stuck_nodes
-from movements.services.lifecycle import expire_overdue_approvals
+from movements.services.lifecycle import expire_overdue_approvals, idempotency_keys_purge
 from qtg.core.actors import Actor
 
 logger = logging.getLogger(__name__)
@@ -67,3 +67,9 @@ def detect_stuck() -> int:
 def expire_approvals() -> int:
     """PENDING_APPROVAL requests past their expiry -> EXPIRED."""
     return expire_overdue_approvals(actor=Actor.system("approval-expiry"))
+
+
+@shared_task(name="movements.purge_idempotency_keys", ignore_result=True, **TIME_LIMITS)
+def purge_idempotency_keys() -> int:
+    """Forget idempotency keys past their retention (QTG_IDEMPOTENCY_KEY_RETENTION_DAYS)."""
+    return idempotency_keys_purge()

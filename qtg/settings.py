@@ -227,6 +227,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "deliver-due-callbacks": {"task": "callbacks.deliver_due", "schedule": QTG_TICK_SECONDS * 5},
     "detect-stuck-nodes": {"task": "movements.detect_stuck", "schedule": QTG_TICK_SECONDS * 15},
+    "purge-idempotency-keys": {"task": "movements.purge_idempotency_keys", "schedule": 3600.0},
 }
 
 # --- Execution (movements/services/execution/) -----------------------------------------------
@@ -275,6 +276,16 @@ QTG_CALLBACKS_BACKOFF_MAX_SECONDS = float(
 # Per-attempt HTTP timeout (connect, read, write): one slow receiver holds one task briefly.
 QTG_CALLBACKS_TIMEOUT_SECONDS = float(os.environ.get("QTG_CALLBACKS_TIMEOUT_SECONDS", "5"))
 # A due delivery whose task was queued longer ago than this is queued again by the sweep.
+# How long a rotated webhook secret keeps signing next to its successor (receivers switch
+# within this window); a client may ask for a shorter overlap per rotation.
+QTG_WEBHOOK_SECRET_OVERLAP_SECONDS = float(
+    os.environ.get("QTG_WEBHOOK_SECRET_OVERLAP_SECONDS", str(24 * 3600))
+)
+# The Idempotency-Key of a movement is kept this many days; afterwards the hourly purge
+# forgets it and the same key creates a new movement (IETF Idempotency-Key draft).
+QTG_IDEMPOTENCY_KEY_RETENTION = timedelta(
+    days=float(os.environ.get("QTG_IDEMPOTENCY_KEY_RETENTION_DAYS", "7"))
+)
 QTG_CALLBACKS_REQUEUE_AFTER_SECONDS = float(
     os.environ.get("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS", "120")
 )

@@ -8,6 +8,7 @@ from ops.metrics import metrics_view
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("movements.api.urls")),
+    path("api/v1/", include("callbacks.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health/", HealthView.as_view(), name="health"),

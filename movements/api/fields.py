@@ -32,8 +32,17 @@ ASSET_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,31}\Z"
 VENUE_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}\Z"
 NODE_KEY_PATTERN = r"\A[a-z][a-z0-9_]{0,63}\Z"
 NOT_BLANK_PATTERN = r"\A[\s\S]*\S[\s\S]*\Z"
-# Visible ASCII: safe in an HTTP header, in logs and in the database.
-IDEMPOTENCY_KEY_PATTERN = r"\A[!-~]{1,255}\Z"
+# Visible ASCII: safe in an HTTP header, in logs and in the database. The IETF draft sends the
+# key as a structured-field string ("..."): the quoted form means the same key without quotes.
+IDEMPOTENCY_KEY_PATTERN = r'\A(?:[!-~]{1,255}|"[ !#-\[\]-~]{1,255}")\Z'
+QUOTED_IDEMPOTENCY_KEY = re.compile(r'\A"([ !#-\[\]-~]{1,255})"\Z')
+
+
+def idempotency_key_value(header: str) -> str:
+    """The key a header carries: the string inside the quotes of the quoted form."""
+    quoted = QUOTED_IDEMPOTENCY_KEY.match(header)
+    return quoted.group(1) if quoted else header
+
 
 MAX_PARAMS_DEPTH = 16
 

@@ -39,7 +39,13 @@ class StrictFilterForm(forms.Form):
     """A filter given with an empty value is refused: HTML forms send empty fields, API
     clients that send ``?created_after=`` have a bug worth hearing about."""
 
-    NOT_EMPTY = ("request_state", "created_after", "created_before", "needs_attention")
+    NOT_EMPTY = (
+        "request_state",
+        "created_after",
+        "created_before",
+        "updated_after",
+        "needs_attention",
+    )
 
     def clean(self):
         cleaned = super().clean()
@@ -59,6 +65,11 @@ class MovementFilter(filters.FilterSet):
     created_before = UTCDateTimeFilter(
         field_name="created_at", lookup_expr="lt", help_text="Created before (ISO 8601)."
     )
+    updated_after = UTCDateTimeFilter(
+        field_name="updated_at",
+        lookup_expr="gte",
+        help_text="Changed at or after (ISO 8601); switches to cursor paging, oldest change first.",
+    )
     needs_attention = filters.ChoiceFilter(
         choices=[("true", "true"), ("false", "false")],
         method="filter_needs_attention",
@@ -74,6 +85,7 @@ class MovementFilter(filters.FilterSet):
             "asset",
             "created_after",
             "created_before",
+            "updated_after",
             "needs_attention",
         ]
 

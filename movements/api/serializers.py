@@ -43,15 +43,23 @@ MAX_REASON_LENGTH = 2000
 # --- Errors ----------------------------------------------------------------------------------
 
 
-class ErrorSerializer(serializers.Serializer):
-    """The one shape of every 4xx response."""
+class ProblemSerializer(serializers.Serializer):
+    """An RFC 9457 problem (`application/problem+json`): the one shape of every 4xx."""
 
+    type = serializers.CharField(
+        help_text="URI reference naming the problem type: `urn:qtg:problem:<code>`."
+    )
+    title = serializers.CharField(help_text="The HTTP status phrase, e.g. `Conflict`.")
+    status = serializers.IntegerField(help_text="The HTTP status code of the response.")
+    detail = serializers.CharField(help_text="What went wrong in this case, for a human.")
     code = serializers.CharField(help_text="Stable machine-readable code, e.g. `invalid`.")
-    message = serializers.CharField(help_text="What went wrong, for a human.")
     details = serializers.DictField(
         child=serializers.JSONField(),
         help_text="Field errors (field name -> list of messages) or facts about the refusal, "
         "e.g. `current_state` on a 409.",
+    )
+    message = serializers.CharField(
+        help_text="Deprecated: the same text as `detail` (the v1.0 error shape's name for it)."
     )
 
 

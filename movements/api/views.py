@@ -21,10 +21,12 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from movements.api import examples
 from movements.api.authentication import StrictTokenAuthentication
-from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma
+from movements.api.exceptions import PROBLEM_CONTENT_TYPE
+from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma, idempotency_key_value
 from movements.api.filters import MovementFilter
-from movements.api.pagination import MovementPagination
+from movements.api.pagination import MovementCursorPagination, MovementPagination
 from movements.api.parsers import StrictJSONParser
 from movements.api.selectors import (
     movements_visible_to,
@@ -33,10 +35,10 @@ from movements.api.selectors import (
 )
 from movements.api.serializers import (
     CancelInputSerializer,
-    ErrorSerializer,
     MovementCreateInputSerializer,
     MovementEventSerializer,
     MovementSerializer,
+    ProblemSerializer,
     ReasonInputSerializer,
     ResumeInputSerializer,
     RouteTemplateSerializer,
@@ -64,13 +66,22 @@ ERROR_DESCRIPTIONS = {
     404: "No such movement visible to this client.",
     409: "Not legal now: `details.current_state` names the movement's state.",
     415: "The body is not JSON.",
+    422: "The Idempotency-Key was already used with a different body.",
+    429: "Too many requests: wait for `Retry-After` seconds.",
 }
 
 
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
+def problem_responses(*codes: int, descriptions: dict[int, str] | None = None) -> dict:
+    """The error responses of an operation, as `application/problem+json` (429 on every one:
+    the server may throttle any client)."""
+    descriptions = {**ERROR_DESCRIPTIONS, **(descriptions or {})}
     return {
-        code: OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[code])
-        for code in codes
+        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(
+            ProblemSerializer,
+            description=descriptions[code],
+            examples=[examples.problem(code)],
+        )
+        for code in (*codes, 429)
     }
 
 
@@ -107,31 +118,53 @@ def movement_id(raw: str) -> uuid.UUID:
         raise NotFound(f"movement {raw} does not exist") from None
 
 
-@extend_schema(
-    tags=["route templates"],
-    summary="List the active route templates",
-    responses={200: RouteTemplateSerializer(many=True), **errors(400, 401)},
-)
 class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
     serializer_class = RouteTemplateSerializer
     pagination_class = None
     filter_backends = []
 
+    @extend_schema(
+        tags=["route templates"],
+        summary="List the active route templates",
+        operation_id="route_templates_list",
+        responses={200: RouteTemplateSerializer(many=True), **problem_responses(400, 401)},
+        examples=[examples.ROUTE_TEMPLATES],
+    )
     def get(self, request: Request) -> Response:
         return Response(RouteTemplateSerializer(route_templates_current(), many=True).data)
 
 
 @extend_schema_view(
     list=extend_schema(
-        summary="List movements, newest first",
+        summary="List movements (pages, newest first; or a cursor over changes)",
+        operation_id="movements_list",
         description="Everything for holders of `movements.view_movementrequest`; otherwise "
-        "the movements the client created.",
-        responses={200: MovementSerializer(many=True), **errors(400, 401, 404)},
+        "the movements the client created.\n\n"
+        "Two ways to page. By page number (`page`, `page_size`), newest first: the response "
+        "has `count`, `next`, `previous` and `results`. By cursor, for polling changes: give "
+        "`updated_after` (and then `cursor`, the `next_cursor` of the previous page); the "
+        "movements come oldest change first, ordered by (`updated_at`, `id`), and the response "
+        "has `next`, `next_cursor` and `results`. A cursor page does not shift while "
+        "movements change; a movement that changes again shows up again later. To see every "
+        "change in order, follow `/api/v1/events/`.",
+        parameters=[
+            OpenApiParameter(
+                "cursor",
+                str,
+                OpenApiParameter.QUERY,
+                pattern=ecma(MovementCursorPagination.CURSOR_PATTERN),
+                description="The `next_cursor` of the previous page (cursor paging).",
+            )
+        ],
+        responses={200: MovementSerializer(many=True), **problem_responses(400, 401, 404)},
+        examples=[examples.MOVEMENT],
     ),
     retrieve=extend_schema(
         summary="Read one movement",
+        operation_id="movements_retrieve",
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(400, 401, 404)},
+        responses={200: MovementSerializer, **problem_responses(400, 401, 404)},
+        examples=[examples.MOVEMENT],
     ),
 )
 @extend_schema(tags=["movements"])
@@ -144,12 +177,24 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
     def query_parameters(self) -> set[str]:
         if self.action != "list":
             return set()
-        paginator = self.paginator
+        paginator = MovementPagination
         return {
             *MovementFilter.base_filters,
             paginator.page_query_param,
             paginator.page_size_query_param,
+            MovementCursorPagination.cursor_query_param,
         }
+
+    @property
+    def paginator(self):
+        # Cursor paging once the client asks for changes (updated_after or a cursor).
+        if not hasattr(self, "_paginator"):
+            params = getattr(self.request, "query_params", {})
+            cursor_mode = self.action == "list" and (
+                "updated_after" in params or MovementCursorPagination.cursor_query_param in params
+            )
+            self._paginator = MovementCursorPagination() if cursor_mode else self.pagination_class()
+        return self._paginator
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
@@ -165,6 +210,8 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     def list(self, request: Request) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
+        if isinstance(self.paginator, MovementCursorPagination):
+            queryset = queryset.order_by("updated_at", "pk")
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(MovementSerializer(page, many=True).data)
 
@@ -173,9 +220,15 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Create a movement (idempotent)",
-        description="The same `Idempotency-Key` with the same body returns the original "
-        "movement (200, header `Idempotency-Replayed: true`) and creates nothing; the same key "
-        "with a different body is a 409. Keys are scoped to the authenticated client.",
+        operation_id="movements_create",
+        description="Idempotent as the IETF `Idempotency-Key` draft says. The same key with "
+        "the same body returns the original movement (200, header `Idempotency-Replayed: "
+        "true`) and creates nothing; the same key with a different body is a 422; while the "
+        "first request with the key is still being processed, a duplicate is a 409 (retry "
+        'it). The key may be sent bare or as a structured-field string (`"..."`); both '
+        "mean the same key. Keys are scoped to the authenticated client and kept for "
+        "`QTG_IDEMPOTENCY_KEY_RETENTION_DAYS` (default 7) days; after that the key may be "
+        "used again and creates a new movement.",
         parameters=[
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
@@ -183,8 +236,18 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 OpenApiParameter.HEADER,
                 required=True,
                 pattern=ecma(IDEMPOTENCY_KEY_PATTERN),
-                description="A key the client chooses per movement (visible ASCII, 1-255).",
-            )
+                description="A key the client chooses per movement (visible ASCII, 1-255), "
+                'bare or quoted (`"key"`).',
+            ),
+            OpenApiParameter(
+                REPLAYED_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                enum=["true"],
+                response=[200],
+                description="Present on a replay: the movement was created by an earlier "
+                "request with this key.",
+            ),
         ],
         request=MovementCreateInputSerializer,
         responses={
@@ -194,8 +257,19 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 "with its `failure_reason`, e.g. over the hardcap).",
             ),
             200: OpenApiResponse(MovementSerializer, description="A replay: the original."),
-            **errors(400, 401, 409, 415),
+            **problem_responses(
+                400,
+                401,
+                409,
+                415,
+                422,
+                descriptions={
+                    409: "A request with this Idempotency-Key is still being processed: "
+                    "retry it shortly."
+                },
+            ),
         },
+        examples=[examples.CREATE_REQUEST, examples.MOVEMENT],
     )
     def create(self, request: Request) -> Response:
         key = request.headers.get(IDEMPOTENCY_HEADER)
@@ -204,6 +278,7 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 "an Idempotency-Key header of 1 to 255 visible ASCII characters is required",
                 details={IDEMPOTENCY_HEADER: ["required" if key is None else "invalid"]},
             )
+        key = idempotency_key_value(key)
         serializer = MovementCreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -229,9 +304,11 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Approve (four-eyes: not by its creator)",
+        operation_id="movements_approve",
+        examples=[examples.MOVEMENT],
         request=None,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409)},
+        responses={200: MovementSerializer, **problem_responses(400, 401, 403, 404, 409)},
     )
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str) -> Response:
@@ -240,9 +317,11 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Reject a movement waiting for approval",
+        operation_id="movements_reject",
+        examples=[examples.REASON_REQUEST, examples.MOVEMENT],
         request=ReasonInputSerializer,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+        responses={200: MovementSerializer, **problem_responses(400, 401, 403, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
@@ -255,9 +334,11 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
     @extend_schema(
         summary="Cancel (refused while money may be in flight; after a completed side effect "
         "only with acknowledge_funds_in_transit)",
+        operation_id="movements_cancel",
+        examples=[examples.CANCEL_REQUEST, examples.MOVEMENT],
         request=CancelInputSerializer,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+        responses={200: MovementSerializer, **problem_responses(400, 401, 403, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
@@ -272,9 +353,11 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Release a waiting manual gate",
+        operation_id="movements_resume",
+        examples=[examples.RESUME_REQUEST, examples.MOVEMENT],
         request=ResumeInputSerializer,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **errors(400, 401, 403, 404, 409, 415)},
+        responses={200: MovementSerializer, **problem_responses(400, 401, 403, 404, 409, 415)},
     )
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
@@ -289,8 +372,10 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="The movement's audit trail, oldest first",
+        operation_id="movements_events",
+        examples=[examples.AUDIT_TRAIL],
         parameters=[MOVEMENT_ID],
-        responses={200: MovementEventSerializer(many=True), **errors(400, 401, 404)},
+        responses={200: MovementEventSerializer(many=True), **problem_responses(400, 401, 404)},
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def events(self, request: Request, pk: str) -> Response:

@@ -10,12 +10,12 @@ is read, so a caller without it learns nothing about the movement.
 
 import hashlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from movements import interface
@@ -74,6 +74,7 @@ from qtg.core.errors import (
     ActionRefused,
     DestinationNotAllowlisted,
     IdempotencyConflict,
+    IdempotencyInProgress,
     InvalidInput,
     NotFound,
     QTGError,
@@ -135,6 +136,43 @@ def request_fingerprint(**body: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def idempotency_keys_purge(*, now: datetime | None = None) -> int:
+    """Forget the idempotency keys older than QTG_IDEMPOTENCY_KEY_RETENTION_DAYS (the key may
+    then be used again); return how many movements let go of theirs."""
+    cutoff = (now or timezone.now()) - settings.QTG_IDEMPOTENCY_KEY_RETENTION
+    # Not a state: the one column written here is the key itself.
+    return MovementRequest.objects.filter(
+        idempotency_key__isnull=False, created_at__lt=cutoff
+    ).update(idempotency_key=None)
+
+
+def _forget_expired_key(*, created_by: Any, idempotency_key: str) -> None:
+    """A key past its retention is forgotten now, whether or not the purge ran yet."""
+    cutoff = timezone.now() - settings.QTG_IDEMPOTENCY_KEY_RETENTION
+    MovementRequest.objects.filter(
+        created_by=created_by, idempotency_key=idempotency_key, created_at__lt=cutoff
+    ).update(idempotency_key=None)
+
+
+def _claim_key(*, created_by: Any, idempotency_key: str) -> None:
+    """On PostgreSQL, hold the key for this transaction; a concurrent request with the same
+    key is told the first one is still in progress (IETF draft: 409) instead of waiting.
+    SQLite runs one write transaction at a time: there a duplicate waits and replays."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"qtg-idempotency:{created_by.pk if created_by else ''}:{idempotency_key}"],
+        )
+        (acquired,) = cursor.fetchone()
+    if not acquired:
+        raise IdempotencyInProgress(
+            "a request with this Idempotency-Key is still being processed: retry it shortly",
+            details={"idempotency_key": idempotency_key},
+        )
+
+
 def _replay(*, created_by: Any, idempotency_key: str, fingerprint: str) -> MovementRequest | None:
     existing = MovementRequest.objects.filter(
         created_by=created_by, idempotency_key=idempotency_key
@@ -192,7 +230,8 @@ def movement_create(
     with the reason recorded when the template, its params or the hardcap refuse it.
 
     With an ``idempotency_key`` the same body returns the original movement (``replayed`` is
-    True on it) and a different body raises IdempotencyConflict.
+    True on it), a different body raises IdempotencyConflict, and a duplicate arriving while
+    the first is still being created raises IdempotencyInProgress (PostgreSQL).
     """
     amount = _parse_amount(amount)
     errors = {}
@@ -227,6 +266,7 @@ def movement_create(
         expires_in=expires_in.total_seconds() if expires_in else None,
     )
     if idempotency_key:
+        _forget_expired_key(created_by=created_by, idempotency_key=idempotency_key)
         replay = _replay(
             created_by=created_by, idempotency_key=idempotency_key, fingerprint=fingerprint
         )
@@ -234,6 +274,8 @@ def movement_create(
             return replay
     try:
         with transaction.atomic():
+            if idempotency_key:
+                _claim_key(created_by=created_by, idempotency_key=idempotency_key)
             request = _create(
                 template=template,
                 asset=asset,

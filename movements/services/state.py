@@ -22,7 +22,13 @@ from movements.fsm import transition_method_name
 from movements.instruments import transition_committed
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services.effects import after_request_transition
-from movements.services.writers import DeferredWriter, RowChange, RowWriter, row_writer
+from movements.services.writers import (
+    DeferredWriter,
+    RowChange,
+    RowWriter,
+    collecting_after_writes,
+    row_writer,
+)
 from movements.states import (
     NodeState,
     RequestState,
@@ -73,8 +79,10 @@ def batch() -> Iterator[RowWriter]:
     if not connection.in_atomic_block:
         raise TransactionManagementError("batch() needs an open transaction")
     writes = DeferredWriter(row_writer())
-    yield writes
-    writes.flush()
+    with collecting_after_writes() as run_after_writes:
+        yield writes
+        writes.flush()
+        run_after_writes()
 
 
 def save_fields(

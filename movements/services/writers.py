@@ -23,7 +23,9 @@ them to the process's writer together when asked to flush.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,38 @@ from django.db import connection
 
 from movements.models import MovementEvent
 from qtg.core.errors import StaleState
+
+_AFTER_WRITES: ContextVar[list[Callable[[], Any]] | None] = ContextVar(
+    "qtg_after_writes", default=None
+)
+
+
+def after_writes(hook: Callable[[], Any]) -> None:
+    """Run ``hook`` once the rows written so far are in the database: now, or, inside a
+    ``state.batch()``, when the batch has flushed (still in its transaction). For readers of
+    the rows just changed, e.g. the callback outbox building a movement's payload."""
+    pending = _AFTER_WRITES.get()
+    if pending is None:
+        hook()
+    else:
+        pending.append(hook)
+
+
+@contextmanager
+def collecting_after_writes() -> Iterator[Callable[[], None]]:
+    """Collect ``after_writes`` hooks; the caller runs them (in order) after flushing."""
+    pending: list[Callable[[], Any]] = []
+    token = _AFTER_WRITES.set(pending)
+
+    def run() -> None:
+        _AFTER_WRITES.set(None)  # hooks that write state again write at once
+        while pending:
+            pending.pop(0)()
+
+    try:
+        yield run
+    finally:
+        _AFTER_WRITES.reset(token)
 
 
 @dataclass(frozen=True)

@@ -83,9 +83,16 @@ class StaleState(QTGError):
 
 
 class IdempotencyConflict(QTGError):
-    """The idempotency key was already used with a different body."""
+    """The idempotency key was already used with a different body (the IETF draft's 422)."""
 
-    code = "idempotency_conflict"
+    code = "idempotency_key_reused"
+    http_status = 422
+
+
+class IdempotencyInProgress(QTGError):
+    """A request with the same idempotency key is still being processed (the draft's 409)."""
+
+    code = "idempotency_in_progress"
     http_status = 409
 
 

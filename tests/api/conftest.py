@@ -51,11 +51,16 @@ def post_create(client: APIClient, body=..., *, key: str | None = None):
 
 
 def assert_error(response, status: int, code: str | None = None) -> dict:
-    """Every 4xx has the one error shape: code, message, details."""
+    """Every 4xx is an RFC 9457 problem: type, title, status, detail, plus code and details."""
     assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
     body = response.json()
-    assert set(body) == {"code", "message", "details"}
-    assert isinstance(body["message"], str) and body["message"]
+    assert set(body) == {"type", "title", "status", "detail", "code", "details", "message"}
+    assert body["message"] == body["detail"]
+    assert body["status"] == status
+    assert body["type"] == f"urn:qtg:problem:{body['code']}"
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
     assert isinstance(body["details"], dict)
     if code is not None:
         assert body["code"] == code

@@ -69,7 +69,7 @@ def test_the_creator_cannot_approve_its_own_movement_even_with_the_permission(ap
     response = approver_client.post(movement_url(own["id"], "approve"))
 
     body = assert_error(response, 403, "permission_denied")
-    assert "four-eyes" in body["message"]
+    assert "four-eyes" in body["detail"]
     assert MovementRequest.objects.get(pk=own["id"]).request_state == "PENDING_APPROVAL"
 
 
@@ -90,7 +90,7 @@ def test_approving_twice_is_a_409_naming_the_current_state(created, approver_cli
 
     body = assert_error(response, 409, "conflict")
     assert body["details"]["current_state"] == "APPROVED"
-    assert "APPROVED" in body["message"]
+    assert "APPROVED" in body["detail"]
     assert MovementEvent.objects.count() == events_before
 
 

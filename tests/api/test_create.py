@@ -113,7 +113,7 @@ def test_on_postgresql_amounts_differing_in_the_38th_digit_are_different_bodies(
         integration_client, create_body(amount="9" * 20 + "." + "9" * 17 + "8"), key="k"
     )
 
-    assert_error(again, 409, "idempotency_conflict")
+    assert_error(again, 422, "idempotency_key_reused")
 
 
 @pytest.mark.skipif(settings.DB_IS_POSTGRES, reason="SQLite only")
@@ -239,12 +239,12 @@ def test_the_same_key_and_body_again_returns_the_same_movement_and_creates_nothi
     assert MovementRequest.objects.count() == 1
 
 
-def test_the_same_key_with_a_different_body_is_a_409(integration_client):
+def test_the_same_key_with_a_different_body_is_a_422(integration_client):
     post_create(integration_client, key="order-42")
 
     response = post_create(integration_client, create_body(amount="7"), key="order-42")
 
-    body = assert_error(response, 409, "idempotency_conflict")
+    body = assert_error(response, 422, "idempotency_key_reused")
     assert body["details"]["idempotency_key"] == "order-42"
     assert MovementRequest.objects.count() == 1
 

@@ -127,7 +127,8 @@ def test_reads_answer_json_whatever_the_accept_header_says(
 
     assert response.status_code == (406 if accept == "text/html" else 200)
     if method != "head":
-        assert response["Content-Type"] == "application/json"
+        expected = "application/problem+json" if response.status_code == 406 else "application/json"
+        assert response["Content-Type"] == expected
     if response.status_code == 406 and method != "head":
         assert_error(response, 406, "not_acceptable")
 
@@ -151,4 +152,4 @@ def test_deep_nesting_is_refused_before_parsing_even_with_a_raised_recursion_lim
     finally:
         sys.setrecursionlimit(previous)
     assert response.status_code == 400
-    assert "nested too deeply" in response.json()["message"]
+    assert "nested too deeply" in response.json()["detail"]

@@ -54,7 +54,15 @@ def test_a_bad_token_is_a_401(db, client, header):
     response = client.get(MOVEMENTS, HTTP_AUTHORIZATION=header)
 
     assert response.status_code == 401
-    assert set(response.json()) == {"code", "message", "details"}
+    assert set(response.json()) == {
+        "type",
+        "title",
+        "status",
+        "detail",
+        "code",
+        "details",
+        "message",
+    }
 
 
 def test_an_inactive_users_token_is_refused(integration):

@@ -37,4 +37,4 @@ def test_approving_twice_is_a_403_with_the_rule(make_movement, policy, alice):
     again = client_for(alice).post(movement_url(movement.pk, "approve"))
 
     assert again.status_code == 403
-    assert "already approved" in again.json()["message"]
+    assert "already approved" in again.json()["detail"]

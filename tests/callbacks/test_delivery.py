@@ -1,6 +1,7 @@
 """Signed delivery to a real HTTP receiver on 127.0.0.1: signatures, retries with backoff, the
 dead state, timeouts, redirects, redelivery."""
 
+import base64
 import hashlib
 import hmac
 import json
@@ -11,6 +12,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.db import transaction
 from django.utils import timezone
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from callbacks import signing
 from callbacks.models import Delivery, DeliveryStatus
@@ -63,27 +65,27 @@ def test_the_receiver_can_verify_the_signature_and_headers(receiver, subscribe, 
     [got] = receiver.received
     delivery = Delivery.objects.get(subscription=subscription)
     assert got.path == "/hooks/qtg"
-    assert got.headers[signing.HEADER_EVENT] == "request_approved"
-    assert got.headers[signing.HEADER_DELIVERY] == str(delivery.pk)
+    assert got.headers["webhook-id"] == str(delivery.event_id)
     assert got.headers["Content-Type"] == "application/json"
-    timestamp = got.headers[signing.HEADER_TIMESTAMP]
-    # What a receiver computes on its own: HMAC-SHA256(secret, "<timestamp>.<body>").
-    expected = hmac.new(
-        subscription.secret.encode(), timestamp.encode() + b"." + got.body, hashlib.sha256
-    ).hexdigest()
-    assert got.headers[signing.HEADER_SIGNATURE] == f"v1={expected}"
+    timestamp = got.headers["webhook-timestamp"]
     assert abs(int(timestamp) - time.time()) < 60
-    assert signing.verify(
-        secret=subscription.secret,
-        timestamp=timestamp,
-        body=got.body,
-        signature=got.headers[signing.HEADER_SIGNATURE],
-    )
-    assert got.json["id"] == str(delivery.pk)
-    assert got.json["type"] == "request_approved"
-    assert got.json["request"]["id"] == str(request.pk)
-    assert got.json["request"]["state"] == "APPROVED"
-    assert got.json["data"] == {"previous_state": "PENDING_APPROVAL"}
+    # What a receiver computes on its own (Standard Webhooks): base64 HMAC-SHA256 keyed with
+    # the base64-decoded whsec_ secret, over "<webhook-id>.<webhook-timestamp>.<body>".
+    assert subscription.secret.startswith("whsec_")
+    key = base64.b64decode(subscription.secret.removeprefix("whsec_"))
+    assert len(key) >= 32
+    message = f"{got.headers['webhook-id']}.{timestamp}.".encode() + got.body
+    expected = base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
+    assert got.headers["webhook-signature"] == f"v1,{expected}"
+    # ... and what the stock library does.
+    payload = Webhook(subscription.secret).verify(got.body, got.headers)
+    assert payload["type"] == "request_approved"
+    assert payload["version"] == "1.1"
+    assert payload["id"] == str(delivery.event_id)
+    assert payload["data"]["id"] == str(request.pk)
+    assert payload["data"]["request_state"] == "APPROVED"
+    assert payload["data"]["sequence"] >= 1
+    assert payload["context"] == {"previous_state": "PENDING_APPROVAL"}
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == (
         DeliveryStatus.DELIVERED,
@@ -98,18 +100,15 @@ def test_a_tampered_body_a_wrong_secret_or_a_stale_timestamp_does_not_verify(
     subscription = subscribe(receiver.url, "request_approved")
     approve()
     [got] = receiver.received
-    ts, sig = got.headers[signing.HEADER_TIMESTAMP], got.headers[signing.HEADER_SIGNATURE]
 
-    assert not signing.verify(
-        secret=subscription.secret,
-        timestamp=ts,
-        body=got.body.replace(b"APPROVED", b"COMPLETED"),
-        signature=sig,
-    )
-    assert not signing.verify(secret="not-the-secret", timestamp=ts, body=got.body, signature=sig)
-    assert not signing.verify(
-        secret=subscription.secret, timestamp=ts, body=got.body, signature=sig, now=int(ts) + 3600
-    )
+    tampered = got.body.replace(b"APPROVED", b"COMPLETED")
+    with pytest.raises(WebhookVerificationError):
+        Webhook(subscription.secret).verify(tampered, got.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(signing.new_secret()).verify(got.body, got.headers)
+    stale = {**got.headers, "webhook-timestamp": str(int(got.headers["webhook-timestamp"]) - 3600)}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(subscription.secret).verify(got.body, stale)
 
 
 def test_a_receiver_failing_twice_then_succeeding_gets_the_event_once_more_after_each_failure(
@@ -122,7 +121,7 @@ def test_a_receiver_failing_twice_then_succeeding_gets_the_event_once_more_after
     sweep()
 
     assert len(receiver.received) == 3
-    assert len({r.headers[signing.HEADER_DELIVERY] for r in receiver.received}) == 1
+    assert len({r.headers["webhook-id"] for r in receiver.received}) == 1
     assert len({r.body for r in receiver.received}) == 1
     delivery = Delivery.objects.get()
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 3)
@@ -284,7 +283,7 @@ def test_a_dead_delivery_is_redelivered_with_the_same_id(
     assert (dead.status, dead.attempts) == (DeliveryStatus.DELIVERED, 1)
     assert dead.redelivered_by == str(redeliverer)
     assert len(receiver.received) == 4
-    assert {r.headers[signing.HEADER_DELIVERY] for r in receiver.received} == {str(dead.pk)}
+    assert {r.headers["webhook-id"] for r in receiver.received} == {str(dead.event_id)}
     assert dead.attempt_log.count() == 4
 
 
@@ -315,4 +314,4 @@ def test_the_body_is_frozen_when_the_event_happens(receiver, subscribe, approve,
 
     first, second = receiver.received
     assert first.body == second.body
-    assert json.loads(second.body)["request"]["state"] == "APPROVED"
+    assert json.loads(second.body)["data"]["request_state"] == "APPROVED"

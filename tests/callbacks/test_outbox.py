@@ -8,8 +8,9 @@ import pytest
 from django.db import transaction
 
 from callbacks import tasks
-from callbacks.models import Delivery, DeliveryStatus
+from callbacks.models import Delivery, DeliveryStatus, Event
 from callbacks.services import callback_enqueue
+from movements.interface import movement_payload
 from movements.models import MovementRequest
 from movements.services import movement_approve
 from movements.states import RequestState
@@ -119,8 +120,8 @@ def test_an_unknown_event_type_is_refused_and_writes_nothing(make_movement, subs
 
 
 @pytest.mark.django_db
-def test_the_body_names_the_delivery_event_request_state_frontier_and_data(
-    make_movement, subscribe
+def test_the_body_is_the_movement_as_the_api_shows_it_with_its_sequence(
+    make_movement, subscribe, client
 ):
     subscribe("http://127.0.0.1:9/a", "frontier_advanced")
     request = make_movement()
@@ -129,13 +130,24 @@ def test_the_body_names_the_delivery_event_request_state_frontier_and_data(
 
     delivery = Delivery.objects.get()
     body = json.loads(delivery.body)
-    request = MovementRequest.objects.get(pk=request.pk)
-    assert body["id"] == str(delivery.pk)
-    assert body["event_id"] == str(delivery.event_id)
+    assert set(body) == {"id", "type", "timestamp", "version", "data", "context"}
+    assert body["id"] == str(delivery.event_id)
     assert body["type"] == "frontier_advanced"
-    assert body["occurred_at"] == delivery.occurred_at.isoformat()
-    assert body["request"]["id"] == str(request.pk)
-    assert body["request"]["state"] == "APPROVED"
-    assert body["request"]["frontier"] == ["withdraw"]
-    assert body["request"]["amount"] == "100.000000000000000000"
-    assert body["data"]["woken"] == ["withdraw"]
+    assert body["version"] == "1.1"
+    assert body["timestamp"] == delivery.occurred_at.isoformat().replace("+00:00", "Z")
+    data = dict(body["data"])
+    sequence = data.pop("sequence")
+    # Exactly the detail shape of GET /api/v1/movements/{id}/, as the movement was then.
+    request = MovementRequest.objects.get(pk=request.pk)
+    assert data == json.loads(json.dumps(movement_payload(request)))
+    assert data["request_state"] == "APPROVED"
+    assert data["current_frontier"] == ["withdraw"]
+    assert body["context"]["woken"] == ["withdraw"]
+    event = Event.objects.get(event_id=delivery.event_id)
+    assert sequence == event.sequence
+    # The request_approved event came first: sequences count the movement's events.
+    assert list(
+        Event.objects.filter(request=request)
+        .order_by("sequence")
+        .values_list("event_type", "sequence")
+    ) == [("request_approved", 1), ("frontier_advanced", 2)]
