@@ -1,4 +1,6 @@
 # Two commands on a fresh machine: `make run` (the whole product) and `make test` (the suite).
+# `make run` installs only what the product needs; `make test` and `make lint` add the dev
+# extras; `make install` (CI) installs everything up front.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,11 +10,17 @@ PYTEST_ARGS ?=
 QTG_PROFILE ?= embedded
 export QTG_PROFILE
 
-.PHONY: install run test lint bench
+.PHONY: install install-product install-dev run test lint bench
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# The product: its runtime dependencies only.
+$(VENV)/.product: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+# Tests and lint: the product plus the dev extras.
+$(VENV)/.dev: $(VENV)/.product
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
@@ -22,16 +30,20 @@ standins/node_modules/.installed: standins/package.json standins/package-lock.js
 	npm ci --prefix standins --no-audit --no-fund
 	touch $@
 
-install: $(VENV)/.installed standins/node_modules/.installed
+install-product: $(VENV)/.product
 
-run: install
+install-dev: $(VENV)/.dev standins/node_modules/.installed
+
+install: install-dev
+
+run: install-product
 	$(PY) manage.py run_embedded
 
-test: install
+test: install-dev
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: install
+lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-bench: install
+bench: install-product
 	$(PY) bench/throughput.py

@@ -48,7 +48,7 @@ from movements.models import (
 from movements.policies import Action, Rule
 from movements.selectors import current_nodes
 from movements.services import movement_approve, movement_reject
-from movements.states import RequestState
+from movements.states import IN_FLIGHT_NODE_STATES, RequestState
 from qtg.core import money
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
@@ -58,6 +58,16 @@ from qtg.core.policies import Refusal
 
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
+# How often a movement page reloads itself while something is in flight.
+QTG_PAGE_REFRESH_SECONDS = 5
+
+
+def in_flight(movement: MovementRequest, nodes: list) -> bool:
+    """Work is under way that the workers will move on by themselves: the movement is
+    approved or executing, or a node waits on a venue (running or UNKNOWN)."""
+    return movement.request_state in (RequestState.APPROVED, RequestState.EXECUTING) or any(
+        node.node_state in IN_FLIGHT_NODE_STATES for node in nodes
+    )
 
 
 def _badge(state: str, colours: dict[str, tuple[str, str]]) -> str:
@@ -428,6 +438,10 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
             ),
             "approval_open": policies.approval_open(movement, situation.now),
             "graph": plan_graph(movement, situation.nodes),
+            # The page reloads itself while the workers may still change it.
+            "auto_refresh_seconds": QTG_PAGE_REFRESH_SECONDS
+            if in_flight(movement, situation.nodes)
+            else None,
             "node_count": len(situation.nodes),
         }
 

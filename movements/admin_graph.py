@@ -56,6 +56,8 @@ class GraphNode:
     attempt: int
     external_ref: str
     frontier: bool
+    # (seen, required) for a node watching a chain reach finality.
+    confirmations: tuple[int, int] | None = None
     x: int = 0
     y: int = 0
     fill: str = ""
@@ -70,6 +72,8 @@ class GraphNode:
         parts = [self.kind.replace("_", " ").lower()]
         if self.attempt > 1:
             parts.append(f"attempt {self.attempt}")
+        if self.confirmations:
+            parts.append("{}/{} confirmations".format(*self.confirmations))
         return " · ".join(parts)
 
 
@@ -143,6 +147,16 @@ def layout(
     )
 
 
+def confirmations_of(node) -> tuple[int, int] | None:
+    """(seen, required) from a chain observer's result, when it reports them."""
+    result = (node.result if node is not None else None) or {}
+    try:
+        seen, required = int(result["confirmations"]), int(result["required"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (seen, required) if required > 0 else None
+
+
 def plan_graph(movement: MovementRequest, nodes: list) -> PlanGraph:
     """The picture of ``movement``'s plan, each node coloured by the state of its live attempt."""
     attempts = {n.node_key: n for n in nodes}
@@ -158,6 +172,7 @@ def plan_graph(movement: MovementRequest, nodes: list) -> PlanGraph:
                 attempt=attempt.attempt if attempt else 1,
                 external_ref=attempt.external_ref if attempt else "",
                 frontier=plan_node.key in frontier,
+                confirmations=confirmations_of(attempt),
             )
         )
     edges = list(

@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from ops.logs import logging_config
 from qtg.profile import production_problems, profile_from_env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -52,16 +53,22 @@ INSTALLED_APPS = [
     "movements",
     "reservations",
     "callbacks",
+    "django_structlog",
+    "ops",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (admin, API docs) served by the web process itself, DEBUG or not.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Binds a request id (and the user) to every log line of the request.
+    "django_structlog.middlewares.RequestMiddleware",
 ]
 
 ROOT_URLCONF = "qtg.urls"
@@ -114,6 +121,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+if not EMBEDDED:
+    # Hashed, compressed files from `collectstatic` (part of `manage.py qtg_prestart`).
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
 
 LOGIN_URL = "admin:login"
 
@@ -279,14 +293,24 @@ QTG_CALLBACKS_REQUEUE_AFTER_SECONDS = float(
     os.environ.get("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS", "120")
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("QTG_LOG_LEVEL", "INFO")},
-    # httpx logs every webhook POST at INFO; delivery outcomes are logged by callbacks.
-    "loggers": {"httpx": {"level": "WARNING"}},
-}
+# --- Operability (ops/) ---------------------------------------------------------------------
+# Counters and histograms of every process of a machine meet in this directory (read by
+# /metrics); it must be set before prometheus-client is first imported, hence here.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+# When set, /metrics requires `Authorization: Bearer <token>`.
+QTG_METRICS_TOKEN = os.environ.get("QTG_METRICS_TOKEN", "")
+# /health/ fails when no periodic sweep has finished on a worker for this long.
+QTG_HEALTH_MAX_SWEEP_AGE_SECONDS = float(
+    os.environ.get("QTG_HEALTH_MAX_SWEEP_AGE_SECONDS", max(60.0, QTG_TICK_SECONDS * 15))
+)
+QTG_HEALTH_PING_SECONDS = float(os.environ.get("QTG_HEALTH_PING_SECONDS", "3"))
+QTG_HEARTBEAT_WRITE_SECONDS = float(os.environ.get("QTG_HEARTBEAT_WRITE_SECONDS", "5"))
+# Celery logs through Django's LOGGING (one format for every process).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# "json" (production default): one JSON object per line; "plain" (embedded default).
+QTG_LOG_FORMAT = os.environ.get("QTG_LOG_FORMAT", "plain" if EMBEDDED else "json")
+LOGGING = logging_config(fmt=QTG_LOG_FORMAT, level=os.environ.get("QTG_LOG_LEVEL", "INFO").upper())
 
 
 # === Security (issue 17) ==========================================================================

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from ops.health import HealthView
+from ops.metrics import metrics_view
 from qtg.api_docs import DOCS_VIEW_OPTIONS
 
 urlpatterns = [
@@ -14,4 +16,6 @@ urlpatterns = [
         SpectacularSwaggerView.as_view(url_name="api-schema", **DOCS_VIEW_OPTIONS),
         name="api-docs",
     ),
+    path("health/", HealthView.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
 ]

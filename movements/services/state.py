@@ -8,8 +8,10 @@ it changes locked opens ``batch()`` and passes its writer to each call: the chan
 written together when the block ends (or when the caller flushes it before reading rows back).
 """
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -17,6 +19,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from movements.fsm import transition_method_name
+from movements.instruments import transition_committed
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode
 from movements.services.effects import after_request_transition
 from movements.services.writers import (
@@ -142,6 +145,7 @@ def set_node_state(
     Inside the caller's transaction it gets a savepoint, so losing it does not doom the rest;
     a caller whose transaction has nothing else to lose passes ``savepoint=False``.
     """
+    started = time.perf_counter()
     actor = resolve_actor(actor, actor_type, actor_id)
     old_state = node.node_state
     try:
@@ -166,7 +170,25 @@ def set_node_state(
         )
         fields = ("node_state", "state_changed_at", "updated_at", *update_fields)
         writer.write(RowChange(node, "node_state", old_state, fields, only_if), event)
+        _announce(node.request_id, node.node_key, node.attempt, old_state, target, actor, started)
         return event
+
+
+def _announce(movement_id, node_key, attempt, old_state, new_state, actor, started) -> None:
+    """Log and count the transition once it is committed (never one that was rolled back)."""
+    transaction.on_commit(
+        partial(
+            transition_committed,
+            subject="node" if node_key else "request",
+            movement_id=movement_id,
+            node_key=node_key,
+            attempt=attempt,
+            old_state=old_state,
+            new_state=new_state,
+            actor=actor,
+            seconds=time.perf_counter() - started,
+        )
+    )
 
 
 def _atomic_write(writer: RowWriter, *, savepoint: bool) -> Any:
@@ -196,6 +218,7 @@ def set_request_state(
 
     The caller holds the request's row lock.
     """
+    started = time.perf_counter()
     actor = resolve_actor(actor, actor_type, actor_id)
     old_state = request.request_state
     try:
@@ -216,6 +239,7 @@ def set_request_state(
             request, actor, None, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
         writer.write(RowChange(request, "request_state", old_state, tuple(fields)), event)
+        _announce(request.pk, "", None, old_state, target, actor, started)
         if nodes is None:
             writer.flush()
             nodes = list(MovementRequestNode.objects.current().filter(request=request))

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.states import RequestState
-from tests.admin.conftest import drive
+from tests.admin.conftest import TO_COMPLETED, drive
 from tests.admin.helpers import change_url, post_action
 
 
@@ -203,3 +203,44 @@ def test_an_expired_approval_window_hides_approve_and_says_closed(client, op, ma
 
     assert offered(html) == {"reject"}
     assert "closed" in html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
+
+
+def test_the_page_refreshes_itself_while_the_movement_is_in_flight(client, op, executing):
+    # given an executing movement
+    movement = executing()
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    assert re.search(r'<meta http-equiv="refresh" content="\d+"', html)
+    assert 'id="qtg-live"' in html
+
+
+def test_the_page_stops_refreshing_once_nothing_is_in_flight(client, op, waiting_at_gate):
+    # given a movement waiting for an operator at its manual gate (no node running)
+    movement = waiting_at_gate()
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    assert 'http-equiv="refresh"' not in html
+    assert 'id="qtg-live"' not in html
+
+
+def test_a_chain_observer_shows_its_confirmations_out_of_the_required_number(
+    client, op, make_movement
+):
+    # given a withdrawal done and its chain observation under way with 3 of 12 confirmations
+    movement = make_movement(approve=True)
+    drive(movement, "withdraw", *TO_COMPLETED)
+    movement = drive(movement, "withdraw_observe", "OBSERVING")
+    node = MovementRequestNode.objects.current().get(request=movement, node_key="withdraw_observe")
+    node.result = {**(node.result or {}), "confirmations": 3, "required": 12}
+    node.save(update_fields=["result"])
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    graph = html[html.index('id="qtg-graph"') :]
+    observer = graph[graph.index('data-node="withdraw_observe"') :]
+    assert "3/12 confirmations" in observer[: observer.index("</g>")]

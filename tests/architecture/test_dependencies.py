@@ -1,5 +1,5 @@
 """The apps depend on each other one way only: qtg.core <- movements <- reservations, callbacks,
-sandbox. Read from the source (every import, including those inside functions), so a new
+sandbox <- ops. Read from the source (every import, including those inside functions), so a new
 import that bends the rule fails here rather than in a reviewer's head."""
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("movements", "reservations", "callbacks", "sandbox")
+APPS = ("movements", "reservations", "callbacks", "sandbox", "ops")
 # What reservations and callbacks may import from movements: its interface and the executor
 # interface (for venue implementations). The sandbox, an app of demo venues that also seeds
 # the demo's movements, is above movements and may use its services.
@@ -88,3 +88,9 @@ def test_services_never_import_their_tasks(app):
         if ("services" in i[0] or i[0].endswith("interface.py")) and ".tasks" in i[2]
     ]
     assert offending == []
+
+
+@pytest.mark.parametrize("app", APPS[:-1])
+def test_no_app_imports_ops_which_reads_them_all(app):
+    """Operability (health, metrics, logging) sits on top: the domain never depends on it."""
+    assert [i for i in imports_of(app) if top(i[2]) == "ops"] == []

@@ -31,6 +31,7 @@ from movements.services.execution.sweeps import (
     dispatch_ready_nodes,
     due_count,
     observe_submitted_nodes,
+    oldest_due_since,
     recover_unknown_nodes,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "dispatch_ready_nodes",
     "due_count",
     "observe_submitted_nodes",
+    "oldest_due_since",
     "reap_expired_leases",
     "recover_unknown_nodes",
     "run_action",

@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from movements.executors.base import Submitted
+from movements.instruments import venue_call
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.leases import LeaseKeeper, lease_until
@@ -32,6 +33,11 @@ from movements.states import NodeState
 from qtg.core.errors import StaleState
 
 NS = NodeState
+
+
+def _timed(claim: Claim, method: str) -> Any:
+    """One venue call: timed by executor and method, the node bound to its log lines."""
+    return venue_call(executor=claim.node.executor, method=method, context=claim.context)
 
 
 def _merge_result(node: Any, detail: dict[str, Any]) -> None:
@@ -122,7 +128,8 @@ def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeStat
     for claim in claims:
         leases.tick()
         try:
-            prepared = claim.executor.prepare(claim.context)
+            with _timed(claim, "prepare"):
+                prepared = claim.executor.prepare(claim.context)
         except Exception as exc:
             failures.append(Result(claim, "prepare", error=exc))
             continue
@@ -143,7 +150,8 @@ def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeStat
             continue
         leases.tick()
         try:
-            signed = claim.executor.sign(claim.context)
+            with _timed(claim, "sign"):
+                signed = claim.executor.sign(claim.context)
         except Exception as exc:
             failures.append(Result(claim, "sign", error=exc))
             continue
@@ -158,7 +166,8 @@ def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeStat
             continue
         ctx = replace(claim.context, signed_payload=signed_payload)
         try:
-            submitted: Submitted | None = claim.executor.submit(ctx)
+            with _timed(claim, "submit"):
+                submitted: Submitted | None = claim.executor.submit(ctx)
             error: BaseException | None = None
         except Exception as exc:
             submitted, error = None, exc
@@ -179,7 +188,9 @@ def run_action(claim: Claim) -> NodeState | None:
 def _ask(method: str) -> Callable[[Claim], Result]:
     def ask(claim: Claim) -> Result:
         try:
-            return Result(claim, method, answer=getattr(claim.executor, method)(claim.context))
+            with _timed(claim, method):
+                answer = getattr(claim.executor, method)(claim.context)
+            return Result(claim, method, answer=answer)
         except Exception as exc:
             return Result(claim, method, error=exc)
 

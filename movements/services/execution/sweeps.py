@@ -5,6 +5,8 @@ number of workers: each claims with SKIP LOCKED, so no node is processed by two 
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Min
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from movements.models import MovementRequestNode, NodeKind
@@ -75,14 +77,30 @@ SWEPT = {
 }
 
 
-def due_count(*, phase: str) -> int:
-    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
-    now = timezone.now()
+def _due_nodes(phase: str, now: Any) -> Any:
     states, request_states = SWEPT[phase]
     return (
         MovementRequestNode.objects.current()
         .filter(node_state__in=states, request__request_state__in=request_states)
         .filter(due(now), lease_free(now))
         .exclude(kind=NodeKind.MANUAL_GATE)
-        .count()
     )
+
+
+def due_count(*, phase: str) -> int:
+    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
+    return _due_nodes(phase, timezone.now()).count()
+
+
+def oldest_due_since(*, now: Any = None) -> Any:
+    """Since when the longest-waiting node any sweep would find now has been due (its retry
+    time, else when it entered its state); None when nothing is due. Its age is how far the
+    workers are behind."""
+    now = now or timezone.now()
+    since = [
+        _due_nodes(phase, now)
+        .annotate(due_since=Coalesce("next_attempt_at", "state_changed_at"))
+        .aggregate(oldest=Min("due_since"))["oldest"]
+        for phase in SWEPT
+    ]
+    return min((value for value in since if value is not None), default=None)
