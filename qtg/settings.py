@@ -318,7 +318,12 @@ LOGGING = logging_config(fmt=QTG_LOG_FORMAT, level=os.environ.get("QTG_LOG_LEVEL
 # deployment section.
 if not EMBEDDED:
     _problems = production_problems(
-        secret_key=SECRET_KEY, debug=DEBUG, sandbox_enabled=QTG_SANDBOX_ENABLED
+        secret_key=SECRET_KEY,
+        debug=DEBUG,
+        # Only the production-profile smoke test (tests/ops/) runs the simulated venues under
+        # the production profile, to have movements to watch; no deployment sets this.
+        sandbox_enabled=QTG_SANDBOX_ENABLED
+        and not env_bool("QTG_SMOKE_TEST_ALLOWS_SANDBOX", False),
     )
     if _problems:
         raise ImproperlyConfigured(
@@ -332,6 +337,8 @@ SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", not EMBEDDED)
 CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", not EMBEDDED)
 SESSION_COOKIE_HTTPONLY = True
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not EMBEDDED)
+# Load balancers and scrapers probe these over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^health/$", r"^metrics$"]
 SECURE_HSTS_SECONDS = int(
     os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0" if EMBEDDED else str(365 * 24 * 3600))
 )

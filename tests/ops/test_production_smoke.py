@@ -42,10 +42,14 @@ def production_env(tmp: Path, **extra: str) -> dict[str, str]:
     }
     env.update(
         QTG_PROFILE="production",
-        DJANGO_SECRET_KEY="smoke-" + uuid.uuid4().hex,
+        DJANGO_SECRET_KEY="smoke-" + uuid.uuid4().hex + uuid.uuid4().hex,
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         QTG_VAR_DIR=str(tmp),
         QTG_SANDBOX_ENABLED="1",
+        # The production profile refuses the sandbox; this test alone needs its movements.
+        QTG_SMOKE_TEST_ALLOWS_SANDBOX="1",
+        # Plain HTTP on the loopback: no TLS terminator in front of gunicorn here.
+        DJANGO_SECURE_SSL_REDIRECT="0",
         QTG_SANDBOX_TIME_SCALE="0.01",
         QTG_TICK_SECONDS="0.5",
         # The demo's address book is activated as it is seeded: no day-long cool-down here.
