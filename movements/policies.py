@@ -159,6 +159,15 @@ def _node(nodes: Nodes, node_key: str) -> MovementRequestNode | None:
     return next((n for n in nodes if n.node_key == node_key), None) if node_key else None
 
 
+def _four_eyes_refusal(actor: Actor, movement: MovementRequest, doing: str) -> Refusal | None:
+    """Four-eyes: nobody does ``doing`` on a movement they created."""
+    if actor.user is not None and movement.created_by_id == actor.user.pk:
+        return Refusal(
+            Rule.FOUR_EYES, f"four-eyes: you cannot {doing} you created", error=NotPermitted
+        )
+    return None
+
+
 def _no_such_node(node_key: str) -> Refusal:
     return Refusal(Rule.NO_SUCH_NODE, f"movement has no node {node_key!r}", error=NotFound)
 
@@ -228,12 +237,8 @@ def approve_refusal(
     from the movement when not given)."""
     if refusal := permission_refusal(actor, Action.APPROVE):
         return refusal
-    if actor.user is not None and movement.created_by_id == actor.user.pk:
-        return Refusal(
-            Rule.FOUR_EYES,
-            "four-eyes: you cannot approve a movement you created",
-            error=NotPermitted,
-        )
+    if refusal := _four_eyes_refusal(actor, movement, "approve a movement"):
+        return refusal
     if refusal := _state_refusal(movement, "approve", *APPROVAL_STATES):
         return refusal
     if not approval_open(movement, now):
@@ -334,12 +339,8 @@ def resume_gate_refusal(
     a manual gate (the one named, when one is) is waiting."""
     if refusal := permission_refusal(actor, Action.RESUME_GATE):
         return refusal
-    if actor.user is not None and movement.created_by_id == actor.user.pk:
-        return Refusal(
-            Rule.FOUR_EYES,
-            "four-eyes: you cannot release a manual gate of a movement you created",
-            error=NotPermitted,
-        )
+    if refusal := _four_eyes_refusal(actor, movement, "release a manual gate of a movement"):
+        return refusal
     if refusal := _state_refusal(movement, "resume a manual gate", *GATE_STATES):
         return refusal
     if not waiting_gates(nodes, node_key):
