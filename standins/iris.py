@@ -13,8 +13,11 @@ answers as Circle's does (field names of the v2 "Get messages and attestations" 
   attester's 65-byte signature over keccak256(message) (:func:`standins.cctp.sign_attestation`),
   plus ``decodedMessage`` / ``decodedMessageBody``.
 
-It keeps no memory of what it attested: every answer is read from the chain as it is now, so a
-burn removed by a reorg is "not found" again (the real service only attests final burns).
+Until it attests, every answer is read from the chain as it is now (a burn removed by a reorg
+is "not found" again). Once it has attested a transaction's messages it remembers them, as the
+real service does: a reorg deeper than its confirmations (lower them with the ``confirmations``
+fault to provoke one) leaves an attestation for a burn the chain no longer has, which a client
+must notice before it mints.
 
 Faults for tests, through ``POST /control/faults`` (JSON) or :meth:`IrisService.set_faults`:
 ``status`` (answer that HTTP status, e.g. 503, instead of the real answer), ``rate_limit``
@@ -31,6 +34,7 @@ Run in a thread (``with IrisService(...) as iris: iris.url``) or as a process:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import threading
@@ -134,6 +138,8 @@ class IrisService:
         self.attester_key = attester_key
         self.confirmations = confirmations
         self.state = _State()
+        # (domain, tx hash) -> the messages attested for it
+        self._attested: dict[tuple[int, str], list[bytes]] = {}
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -213,6 +219,11 @@ class IrisService:
             return 400, {"error": f"Invalid source domain: {domain}"}
         if not _TX_HASH.match(tx_hash):
             return 400, {"error": "Invalid transactionHash"}
+        key = IMPOSTOR_KEY if faults.tamper else self.attester_key
+        with self.state.lock:
+            attested = self._attested.get((domain, tx_hash.lower()))
+        if attested is not None:
+            return 200, {"messages": [_entry(raw, final=True, key=key) for raw in attested]}
         receipt = chain.rpc("eth_getTransactionReceipt", tx_hash)
         if not receipt or int(receipt.get("status") or "0x0", 16) != 1:
             return 404, {"error": "Message not found"}
@@ -228,13 +239,11 @@ class IrisService:
             return 404, {"error": "Message not found"}
         head = int(chain.rpc("eth_blockNumber"), 16)
         confirmations = head - int(receipt["blockNumber"], 16) + 1
-        needed = faults.confirmations or self.confirmations
-        key = IMPOSTOR_KEY if faults.tamper else self.attester_key
-        return 200, {
-            "messages": [
-                _entry(raw, final=confirmations >= needed, key=key) for raw in raw_messages
-            ]
-        }
+        final = confirmations >= (faults.confirmations or self.confirmations)
+        if final:
+            with self.state.lock:
+                self._attested[(domain, tx_hash.lower())] = raw_messages
+        return 200, {"messages": [_entry(raw, final=final, key=key) for raw in raw_messages]}
 
 
 def _entry(raw: bytes, *, final: bool, key: str | bytes) -> dict[str, Any]:
@@ -278,20 +287,25 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet: tests read GET /control/requests instead
 
         def _send(
-            self, status: int, body: dict[str, Any] | list[Any], headers: dict[str, str] = {}
+            self,
+            status: int,
+            body: dict[str, Any] | list[Any],
+            headers: dict[str, str] | None = None,
         ) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            for name, value in headers.items():
+            for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            # A client that gave up waiting (a slow answer) is not told.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(data)
 
         def _body(self) -> dict[str, Any]:
             length = int(self.headers.get("Content-Length") or 0)
@@ -300,7 +314,7 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
                 raise ValueError("a JSON object is expected")
             return data
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             url = urlsplit(self.path)
             if url.path == "/control/health":
                 return self._send(200, {"status": "ok"})
@@ -331,7 +345,7 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
             service._record(self.path, status)
             self._send(status, body, headers)
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if urlsplit(self.path).path != "/control/faults":
                 return self._send(404, {"error": "Not found"})
             try:
@@ -340,7 +354,7 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
                 return self._send(400, {"error": str(exc)})
             return self._send(200, service.state.faults.__dict__)
 
-        def do_DELETE(self) -> None:  # noqa: N802
+        def do_DELETE(self) -> None:
             if urlsplit(self.path).path != "/control/faults":
                 return self._send(404, {"error": "Not found"})
             service.clear_faults()
@@ -393,10 +407,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     service = from_config(args.config)
     print(f"iris stand-in listening on {service.url}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         service.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""Two devchains with CCTP deployed and linked, the Iris stand-in watching them, and the
+reviewed configuration (chains.yaml) that points the product at both.
+
+The chains are named ``ethereum`` (chain id 31337, CCTP domain 0) and ``arbitrum`` (31338,
+domain 3), the ``cctp`` template's default parameters. Every test gets its chains back as it
+found them (snapshot/revert, mempool emptied, automine on) and the Iris stand-in without faults.
+"""
+
+from decimal import Decimal
+
+import pytest
+import yaml
+from eth_account import Account
+from eth_utils import keccak
+
+from standins.anvil import Anvil
+from standins.cctp import deploy_cctp, link
+from standins.contracts import artifacts
+from standins.iris import IrisService, SourceDomain
+
+DOMAIN_A = 0
+DOMAIN_B = 3
+ATTESTER_KEY = keccak(b"qtg venues cctp test attester").hex()
+IRIS_CONFIRMATIONS = 3
+USDC = 10**6
+
+
+def units(amount: str) -> int:
+    return int(Decimal(amount) * USDC)
+
+
+@pytest.fixture(scope="session")
+def chain_a():
+    with Anvil(chain_id=31337) as chain:
+        yield chain
+
+
+@pytest.fixture(scope="session")
+def chain_b():
+    with Anvil(chain_id=31338) as chain:
+        yield chain
+
+
+@pytest.fixture(scope="session")
+def attester():
+    return Account.from_key(ATTESTER_KEY)
+
+
+@pytest.fixture(scope="session")
+def cctp(chain_a, chain_b, attester):
+    artifacts()
+    a = deploy_cctp(chain_a.web3, chain_a.accounts[0], domain=DOMAIN_A, attester=attester.address)
+    b = deploy_cctp(chain_b.web3, chain_b.accounts[0], domain=DOMAIN_B, attester=attester.address)
+    link(a, b)
+    return a, b
+
+
+@pytest.fixture(scope="session")
+def iris_service(chain_a, chain_b, cctp):
+    a, b = cctp
+    domains = {
+        DOMAIN_A: SourceDomain(chain_a.url, a.transmitter.address),
+        DOMAIN_B: SourceDomain(chain_b.url, b.transmitter.address),
+    }
+    with IrisService(domains, attester_key=ATTESTER_KEY, confirmations=IRIS_CONFIRMATIONS) as iris:
+        yield iris
+
+
+@pytest.fixture
+def iris(iris_service):
+    iris_service.clear_faults()
+    iris_service._attested.clear()
+    yield iris_service
+    iris_service.clear_faults()
+    iris_service._attested.clear()
+
+
+@pytest.fixture(autouse=True)
+def _rewind_chains(request):
+    chains = [
+        request.getfixturevalue(n) for n in ("chain_a", "chain_b") if n in request.fixturenames
+    ]
+    snapshots = [(chain, chain.snapshot()) for chain in chains]
+    yield
+    for chain, snapshot in snapshots:
+        chain.drop_all_transactions()
+        chain.set_automine(True)
+        assert chain.revert(snapshot), "snapshot could not be reverted"
+
+
+@pytest.fixture
+def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris):
+    """chains.yaml for the two devchains and the Iris stand-in, read by the product."""
+    a, b = cctp
+    monkeypatch.setenv("QTG_TEST_RPC_A", chain_a.url)
+    monkeypatch.setenv("QTG_TEST_RPC_B", chain_b.url)
+    monkeypatch.setenv("QTG_TEST_IRIS_URL", iris.url)
+    config = {
+        "version": 1,
+        "iris_url_env": "QTG_TEST_IRIS_URL",
+        "chains": {
+            name: {
+                "kind": "evm",
+                "chain_id": chain.chain_id,
+                "rpc_url_env": env,
+                "cctp": {
+                    "domain": domain.domain,
+                    "token_messenger": domain.messenger.address,
+                    "message_transmitter": domain.transmitter.address,
+                    "usdc": domain.usdc.address,
+                },
+            }
+            for name, chain, env, domain in (
+                ("ethereum", chain_a, "QTG_TEST_RPC_A", a),
+                ("arbitrum", chain_b, "QTG_TEST_RPC_B", b),
+            )
+        },
+    }
+    path = tmp_path / "chains.yaml"
+    path.write_text(yaml.safe_dump(config))
+    settings.QTG_CHAINS_CONFIG = str(path)
+    return config
