@@ -188,6 +188,13 @@ class IrisService:
         with self.state.lock:
             self.state.faults = Faults()
 
+    def reset(self) -> None:
+        """No faults, nothing served, nothing attested (a test's fresh start)."""
+        with self.state.lock:
+            self.state.faults = Faults()
+            self.state.served.clear()
+            self._attested.clear()
+
     def served(self) -> list[Served]:
         with self.state.lock:
             return list(self.state.served)

@@ -4,11 +4,8 @@ used (and by which transaction)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from functools import cache
 
-from django.core.exceptions import ImproperlyConfigured
 from eth_abi import decode as abi_decode
 from eth_utils import keccak
 
@@ -16,6 +13,8 @@ from movements.executors.base import ExecutionContext, TransientError
 from venues.cctp.config import CctpChain, to_units
 from venues.cctp.message import Message, address_to_bytes32, nonce_key
 from venues.ethlib import Web3
+from venues.evm import client
+from venues.evm.config import evm_chain
 
 MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
 MESSAGE_RECEIVED_TOPIC = (
@@ -32,23 +31,9 @@ USED_NONCES_ABI = [
 ]
 
 
-def rpc_url(chain: CctpChain) -> str:
-    variable = chain.entry.get("rpc_url_env")
-    if not variable:
-        raise ImproperlyConfigured(f"chain {chain.name}: rpc_url_env is not set")
-    value = os.environ.get(str(variable), "")
-    if not value:
-        raise ImproperlyConfigured(f"chain {chain.name}: environment variable {variable} is empty")
-    return value
-
-
-@cache
-def _web3(url: str) -> Web3:
-    return Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": 10}))
-
-
 def web3_for(chain: CctpChain) -> Web3:
-    return _web3(rpc_url(chain))
+    """The EVM adapter's client of the chain (its RPC URL from the named variable)."""
+    return client.web3_for(evm_chain(chain.name))
 
 
 def _rpc(chain: CctpChain, method: str, *params: object) -> object:

@@ -1,15 +1,30 @@
 """The ``cctp`` template's executors on real chains (registered for provider ``venues``).
 
+- ``cctp_burn``: ``depositForBurn`` on the source chain through the EVM machinery (a nonce from
+  QTG's allocator, the account's Signer, the signed bytes stored before broadcast, the
+  transaction's life in the chain-transaction table); the account's one-time allowance to the
+  TokenMessenger first (``venues.cctp.allowance``). Completes at the source chain's finality:
+  a reorg before that is seen by its observe (REORG -> UNKNOWN) and its recovery re-broadcasts
+  the stored bytes.
 - ``cctp_attestation_observe``: asks Iris for the attestation of the burn node's transaction
   (backoff and ``Retry-After`` through :class:`TransientError`), and completes only when the
   attested message is the one the burn emitted, moves exactly the node's amount to the node's
   recipient, and the burn is still in the source chain's canonical history.
+- ``cctp_mint``: ``receiveMessage(message, attestation)`` on the destination chain, submitted
+  once. The chain refuses a bad attestation already at the gas estimate (the revert reason is
+  the node's evidence, nothing is sent); a retry or recovery after a lost response finds the
+  stored transaction by its hash or, failing that, the message's nonce used on chain and the
+  transaction that used it: never a second mint.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+from eth_abi import encode as abi_encode
+from eth_utils import keccak
 
 from movements.executors.base import (
     DeterministicError,
@@ -18,12 +33,21 @@ from movements.executors.base import (
     NodeSpec,
     Observation,
     ObservedStatus,
+    Prepared,
+    RecoveredOutcome,
+    Recovery,
+    Signed,
+    Submitted,
     Upstream,
 )
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
+from venues.cctp.allowance import ensure_allowance, settle_allowances
 from venues.cctp.config import CctpChain, cctp_chain, iris_url, to_units
 from venues.cctp.iris import IrisClient, IrisMessage
+from venues.cctp.message import Message, address_to_bytes32
+from venues.evm import transfers
+from venues.evm.config import EvmChain, evm_chain
 
 PROVIDER = "venues"
 
@@ -135,3 +159,282 @@ class CctpAttestationObserve(Executor):
                 },
             )
         return Observation(ObservedStatus.COMPLETED, tx_hash, detail)
+
+
+# --- on-chain actions -------------------------------------------------------------------------
+
+DEPOSIT_FOR_BURN = keccak(text="depositForBurn(uint256,uint32,bytes32,address)")[:4]
+RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
+
+
+@dataclass(frozen=True)
+class ContractCall(transfers.Transfer):
+    """A call of a contract (``recipient``) by a configured account, carried through the EVM
+    adapter's transaction machinery exactly as a transfer is."""
+
+    data: str = ""
+
+    def call(self) -> dict[str, Any]:
+        return {"to": self.recipient, "value": 0, "data": self.data}
+
+
+def _evm(name: str) -> EvmChain:
+    try:
+        return evm_chain(name)
+    except LookupError as exc:
+        raise DeterministicError(str(exc)) from None
+
+
+def _account(chain: EvmChain, name: str) -> tuple[str, str]:
+    """(account name, address) of a configured account that has a key."""
+    try:
+        account = chain.account(name)
+    except LookupError as exc:
+        raise DeterministicError(str(exc)) from None
+    if not account.key:
+        raise DeterministicError(f"account {name} of chain {chain.name} names no key")
+    return account.name, account.address
+
+
+def _address(chain: EvmChain, name_or_address: str) -> str:
+    try:
+        return chain.address_of(name_or_address)
+    except LookupError as exc:
+        raise DeterministicError(str(exc)) from None
+
+
+class ChainAction(Executor):
+    """Sign once, store the bytes, broadcast them; observe and recover through the EVM
+    adapter's ``track`` (receipts, reorgs walked back, stored bytes re-broadcast)."""
+
+    external_ref_name = "transaction hash"
+
+    def call(self, ctx: ExecutionContext) -> ContractCall:
+        raise NotImplementedError
+
+    def _stored(self, ctx: ExecutionContext) -> Any:
+        txs = transfers.node_transactions(ctx.node_id)
+        if not txs:
+            raise DeterministicError(f"node {ctx.node_key}: no prepared transaction")
+        return txs[0]
+
+    def sign(self, ctx: ExecutionContext) -> Signed:
+        tx = self._stored(ctx)
+        call = self.call(ctx)
+        tx = transfers.sign_stored(tx, transfers.signer_of(call))
+        return Signed(tx.raw_signed, {"tx_hash": tx.tx_hash, "nonce": tx.nonce})
+
+    def submit(self, ctx: ExecutionContext) -> Submitted:
+        tx = self._stored(ctx)
+        if tx.raw_signed != ctx.signed_payload:
+            raise DeterministicError("the stored transaction is not the signed payload")
+        sent = transfers.broadcast_transfer(tx)
+        return Submitted(
+            tx.tx_hash,
+            detail={
+                "tx_hash": tx.tx_hash,
+                "chain": tx.chain,
+                "nonce": tx.nonce,
+                "rpc": sent.outcome,
+            },
+        )
+
+    def _observation(self, ctx: ExecutionContext, look: transfers.Track) -> Observation:
+        detail = look.summary()
+        ref = look.winner.tx_hash if look.winner is not None else ctx.external_ref
+        if look.reorg:
+            return Observation(ObservedStatus.REORG, ref, detail)
+        if look.status == "finalized":
+            return Observation(ObservedStatus.COMPLETED, ref, detail, replaced=True)
+        if look.status == "failed":
+            return Observation(ObservedStatus.FAILED, ref, detail)
+        if look.status == "dropped":
+            return Observation(ObservedStatus.UNKNOWN, ref, detail)
+        return Observation(ObservedStatus.PENDING, ref, detail)
+
+    def observe(self, ctx: ExecutionContext) -> Observation:
+        return self._observation(ctx, transfers.track(ctx.node_id))
+
+    def recover(self, ctx: ExecutionContext) -> Recovery:
+        txs = transfers.node_transactions(ctx.node_id)
+        if not txs or all(tx.state == transfers.S.CREATED for tx in txs):
+            return Recovery(
+                RecoveredOutcome.FAILED,
+                detail={"finding": "nothing was signed, so nothing was broadcast"},
+            )
+        look = transfers.track(ctx.node_id)
+        observation = self._observation(ctx, look)
+        detail = {"finding": look.status, **observation.detail}
+        if observation.status == ObservedStatus.COMPLETED:
+            return Recovery(RecoveredOutcome.COMPLETED, observation.external_ref, detail)
+        if observation.status == ObservedStatus.FAILED:
+            return Recovery(RecoveredOutcome.FAILED, observation.external_ref, detail)
+        if look.status == "waiting" and (
+            look.winner is not None or "broadcast_refused" not in look.detail
+        ):
+            # The network has it (mined, in the mempool, or just handed the stored bytes).
+            return Recovery(RecoveredOutcome.SUBMITTED, txs[0].tx_hash, detail)
+        return Recovery(RecoveredOutcome.UNRESOLVED, txs[0].tx_hash, detail)
+
+
+@register("cctp_burn", provider=PROVIDER)
+class CctpBurn(ChainAction):
+    needs_upstream = False
+
+    def validate(self, spec: NodeSpec) -> None:
+        validate_amount(spec)
+        source = _evm(str(spec.config.get("chain") or ""))
+        _chain(source.name)
+        destination = _evm(str(spec.config.get("destination_chain") or ""))
+        _chain(destination.name)
+        _account(source, str(spec.config.get("from") or spec.source))
+        _address(destination, str(spec.config.get("to") or spec.destination))
+
+    def call(self, ctx: ExecutionContext) -> ContractCall:
+        source = _evm(str(ctx.config.get("chain") or ""))
+        cctp = _chain(source.name)
+        destination = _evm(str(ctx.config.get("destination_chain") or ""))
+        account, sender = _account(source, str(ctx.config.get("from") or ctx.source))
+        recipient = _address(destination, str(ctx.config.get("to") or ctx.destination))
+        units = to_units(ctx.amount)
+        data = DEPOSIT_FOR_BURN + abi_encode(
+            ["uint256", "uint32", "bytes32", "address"],
+            [units, _chain(destination.name).domain, address_to_bytes32(recipient), cctp.usdc],
+        )
+        return ContractCall(
+            chain=source,
+            sender=sender,
+            account_name=account,
+            recipient=cctp.token_messenger,
+            symbol="USDC",
+            units=units,
+            token=cctp.usdc,
+            data="0x" + data.hex(),
+        )
+
+    def prepare(self, ctx: ExecutionContext) -> Prepared:
+        call = self.call(ctx)
+        detail: dict[str, Any] = {}
+        if not transfers.node_transactions(ctx.node_id):
+            cctp = _chain(call.chain.name)
+            detail = ensure_allowance(
+                ctx, call, usdc=cctp.usdc, spender=cctp.token_messenger, units=call.units
+            )
+        tx, reused = transfers.prepare_transfer(ctx, call)
+        return Prepared(
+            {
+                **detail,
+                "chain": tx.chain,
+                "nonce": tx.nonce,
+                "chain_transaction": tx.pk,
+                "reused": reused,
+                "units": str(call.units),
+            }
+        )
+
+    def observe(self, ctx: ExecutionContext) -> Observation:
+        call = self.call(ctx)
+        settle_allowances(call.chain, call.sender, call.token)
+        return super().observe(ctx)
+
+
+@register("cctp_mint", provider=PROVIDER)
+class CctpMint(ChainAction):
+    """``receiveMessage`` with the attested message. Completes, like the burn, at the
+    destination's finality (a reorg before it finds the node open and re-broadcasts);
+    ``mint_observe`` then confirms it from the chain."""
+
+    def validate(self, spec: NodeSpec) -> None:
+        validate_amount(spec)
+        chain = _evm(str(spec.config.get("chain") or ""))
+        _chain(chain.name)
+        self._relayer(chain, spec.config, spec.source)
+
+    @staticmethod
+    def _relayer(chain: EvmChain, config: dict[str, Any], source: str) -> tuple[str, str]:
+        """Who sends ``receiveMessage`` on the destination: ``relayer`` in the node's config,
+        else the chain's account named like the movement's source, else its only account."""
+        name = str(config.get("relayer") or "")
+        if not name:
+            name = source if source in chain.accounts else ""
+        if not name and len(chain.accounts) == 1:
+            name = next(iter(chain.accounts))
+        if not name:
+            raise DeterministicError(
+                f"chain {chain.name}: name the account that submits mints (config relayer)"
+            )
+        return _account(chain, name)
+
+    def _attested(self, ctx: ExecutionContext) -> tuple[bytes, bytes]:
+        result = _upstream(ctx, executor="cctp_attestation_observe").result
+        message, attestation = result.get("message"), result.get("attestation")
+        if not message or not attestation:
+            raise DeterministicError("no attestation for the burn")
+        return bytes.fromhex(message[2:]), bytes.fromhex(attestation[2:])
+
+    def call(self, ctx: ExecutionContext) -> ContractCall:
+        chain = _evm(str(ctx.config.get("chain") or ""))
+        cctp = _chain(chain.name)
+        account, sender = self._relayer(chain, ctx.config, ctx.source)
+        message, attestation = self._attested(ctx)
+        data = RECEIVE_MESSAGE + abi_encode(["bytes", "bytes"], [message, attestation])
+        return ContractCall(
+            chain=chain,
+            sender=sender,
+            account_name=account,
+            recipient=cctp.message_transmitter,
+            symbol="USDC",
+            units=to_units(ctx.amount),
+            token=cctp.message_transmitter,
+            data="0x" + data.hex(),
+        )
+
+    def _already_minted(self, ctx: ExecutionContext) -> str | None:
+        """The transaction that received the message, if its nonce is used on chain."""
+        chain = _chain(str(ctx.config.get("chain") or ""))
+        message = Message.parse(self._attested(ctx)[0])
+        if not cctp_chain_io.nonce_used(chain, message.source_domain, message.nonce):
+            return None
+        found = cctp_chain_io.receiving_transaction(chain, message.source_domain, message.nonce)
+        return found or "unknown"
+
+    def prepare(self, ctx: ExecutionContext) -> Prepared:
+        call = self.call(ctx)
+        if not transfers.node_transactions(ctx.node_id):
+            minted_by = self._already_minted(ctx)
+            if minted_by:
+                # Received already, by a transaction this node never sent (another relayer):
+                # nothing to send, and not ours to call done without a person looking.
+                raise DeterministicError(
+                    f"the message was already received on {call.chain.name} by {minted_by}",
+                    evidence={
+                        "received_by": minted_by,
+                        "attention": {
+                            "reason": "venue",
+                            "message": f"the burn was minted by {minted_by}, not by this node",
+                        },
+                    },
+                )
+        tx, reused = transfers.prepare_transfer(ctx, call)
+        return Prepared(
+            {"chain": tx.chain, "nonce": tx.nonce, "chain_transaction": tx.pk, "reused": reused}
+        )
+
+    def recover(self, ctx: ExecutionContext) -> Recovery:
+        recovery = super().recover(ctx)
+        if recovery.outcome in (RecoveredOutcome.COMPLETED, RecoveredOutcome.SUBMITTED):
+            return recovery
+        # Our transaction is not to be found (or failed): if the message's nonce is used
+        # anyway, the mint happened; say by which transaction, never mint again.
+        minted_by = self._already_minted(ctx)
+        if minted_by:
+            return Recovery(
+                RecoveredOutcome.COMPLETED,
+                minted_by if minted_by != "unknown" else ctx.external_ref,
+                {
+                    **recovery.detail,
+                    "finding": "the message's nonce is used on chain",
+                    "received_by": minted_by,
+                },
+            )
+        return recovery

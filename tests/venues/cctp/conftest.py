@@ -68,11 +68,9 @@ def iris_service(chain_a, chain_b, cctp):
 
 @pytest.fixture
 def iris(iris_service):
-    iris_service.clear_faults()
-    iris_service._attested.clear()
+    iris_service.reset()
     yield iris_service
-    iris_service.clear_faults()
-    iris_service._attested.clear()
+    iris_service.reset()
 
 
 @pytest.fixture(autouse=True)
@@ -88,35 +86,69 @@ def _rewind_chains(request):
         assert chain.revert(snapshot), "snapshot could not be reverted"
 
 
+TREASURY = "treasury"  # dev account 1 on chain A: burns
+RELAYER = "relayer"  # dev account 3 on chain B: submits mints
+KEY_A_ENV = "QTG_TEST_CCTP_TREASURY_KEY"
+KEY_B_ENV = "QTG_TEST_CCTP_RELAYER_KEY"
+RPC_A_ENV, RPC_B_ENV, IRIS_ENV = "QTG_TEST_RPC_A", "QTG_TEST_RPC_B", "QTG_TEST_IRIS_URL"
+CONFIRMATIONS = 3
+
+
 @pytest.fixture
-def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris):
+def rpc_b(chain_b):
+    """The URL the product uses for chain B (a test may put a proxy in front of it)."""
+    return chain_b.url
+
+
+@pytest.fixture
+def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris, rpc_b):
     """chains.yaml for the two devchains and the Iris stand-in, read by the product."""
     a, b = cctp
-    monkeypatch.setenv("QTG_TEST_RPC_A", chain_a.url)
-    monkeypatch.setenv("QTG_TEST_RPC_B", chain_b.url)
-    monkeypatch.setenv("QTG_TEST_IRIS_URL", iris.url)
+    monkeypatch.setenv(RPC_A_ENV, chain_a.url)
+    monkeypatch.setenv(RPC_B_ENV, rpc_b)
+    monkeypatch.setenv(IRIS_ENV, iris.url)
+    monkeypatch.setenv(KEY_A_ENV, chain_a.accounts[1].private_key)
+    monkeypatch.setenv(KEY_B_ENV, chain_b.accounts[3].private_key)
+
+    def entry(chain, env, domain, account, key_env, dev_index):
+        return {
+            "kind": "evm",
+            "chain_id": chain.chain_id,
+            "rpc_url_env": env,
+            "confirmations": CONFIRMATIONS,
+            "block_seconds": 1,
+            "replace_after_seconds": 600,
+            "max_fee_gwei": 100,
+            "broadcast_window_seconds": 5,
+            "rpc_timeout_seconds": 5,
+            "tokens": {"USDC": {"address": domain.usdc.address, "decimals": 6}},
+            "accounts": {
+                account: {
+                    "address": chain.accounts[dev_index].address,
+                    "key": {"env": key_env},
+                }
+            },
+            "cctp": {
+                "domain": domain.domain,
+                "token_messenger": domain.messenger.address,
+                "message_transmitter": domain.transmitter.address,
+                "usdc": domain.usdc.address,
+            },
+        }
+
     config = {
         "version": 1,
-        "iris_url_env": "QTG_TEST_IRIS_URL",
+        "iris_url_env": IRIS_ENV,
         "chains": {
-            name: {
-                "kind": "evm",
-                "chain_id": chain.chain_id,
-                "rpc_url_env": env,
-                "cctp": {
-                    "domain": domain.domain,
-                    "token_messenger": domain.messenger.address,
-                    "message_transmitter": domain.transmitter.address,
-                    "usdc": domain.usdc.address,
-                },
-            }
-            for name, chain, env, domain in (
-                ("ethereum", chain_a, "QTG_TEST_RPC_A", a),
-                ("arbitrum", chain_b, "QTG_TEST_RPC_B", b),
-            )
+            "ethereum": entry(chain_a, RPC_A_ENV, a, TREASURY, KEY_A_ENV, 1),
+            "arbitrum": entry(chain_b, RPC_B_ENV, b, RELAYER, KEY_B_ENV, 3),
         },
     }
     path = tmp_path / "chains.yaml"
     path.write_text(yaml.safe_dump(config))
     settings.QTG_CHAINS_CONFIG = str(path)
-    return config
+    from venues.signing import forget_signers
+
+    forget_signers()
+    yield config
+    forget_signers()
