@@ -25,9 +25,14 @@ def web3_for(chain: EvmChain) -> Web3:
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = Web3(
-                Web3.HTTPProvider(key[0], request_kwargs={"timeout": chain.rpc_timeout_seconds})
+            # No retries inside web3: a timeout is reported at once and the worker decides
+            # (a read is asked again later, a send is looked up by hash).
+            provider = Web3.HTTPProvider(
+                key[0],
+                request_kwargs={"timeout": chain.rpc_timeout_seconds},
+                exception_retry_configuration=None,
             )
+            client = Web3(provider)
             _clients[key] = client
     return client
 

@@ -246,3 +246,47 @@ def test_a_reverting_transfer_fails_with_the_revert_evidence_and_releases_the_re
     assert "transfers are blocked" in failed.detail["revert_reason"]
     assert balance(devchain, usdc, recipient) == 0
     assert request.reservation.state == "RELEASED"
+
+
+@pytest.fixture
+def proxy(devchain, chain_config, monkeypatch):
+    """The chain reached through a proxy that can lose answers (1 s RPC timeout)."""
+    from tests.venues.evm.conftest import RPC_ENV
+    from tests.venues.evm.rpc_proxy import RPCProxy
+
+    with RPCProxy(devchain.url, hold_seconds=1.5) as running:
+        monkeypatch.setenv(RPC_ENV, running.url)
+        chain_config(rpc_timeout_seconds=1)
+        yield running
+
+
+def test_a_send_whose_answer_times_out_is_found_by_hash_and_completes_once(
+    devchain, tokens, proxy, fast_worker, creator, recipient
+):
+    proxy.stall("eth_sendRawTransaction", times=1, forward=True)
+
+    request = settle(transfer(creator, recipient, amount="4"), devchain)
+
+    assert proxy.stalled == ["eth_sendRawTransaction"]
+    assert request.request_state == RequestState.COMPLETED
+    path = node_path(request, "transfer")
+    assert path[path.index("SUBMITTING") + 1] == "UNKNOWN"
+    assert path.count("SUBMITTING") == 1  # never submitted again: recovery found it by hash
+    [tx] = chain_txs(request)
+    assert tx.state == S.FINALIZED
+    assert balance(devchain, tokens["USDC"], recipient) == 4_000_000
+
+
+def test_reads_that_time_out_while_observing_are_asked_again_without_doubt(
+    devchain, tokens, proxy, fast_worker, creator, recipient
+):
+    request = transfer(creator, recipient, amount="6")
+    run_until(lambda: node(request, "transfer").node_state == NodeState.OBSERVING)
+    proxy.stall("eth_getTransactionReceipt", times=2, forward=False)
+
+    request = settle(request, devchain)
+
+    assert proxy.stalled == ["eth_getTransactionReceipt"] * 2
+    assert request.request_state == RequestState.COMPLETED
+    assert "UNKNOWN" not in node_path(request, "transfer")
+    assert balance(devchain, tokens["USDC"], recipient) == 6_000_000
