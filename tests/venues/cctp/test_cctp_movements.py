@@ -189,22 +189,15 @@ def test_a_lost_mint_response_is_recovered_and_mints_once(
 ):
     _, b = cctp
     before = b.usdc_balance(bob)
-    # web3's HTTP provider sends eth_sendRawTransaction up to 5 times on a failed answer (the
-    # same bytes each time): lose all five, so the worker is left not knowing.
-    lossy_b.lose_response("eth_sendRawTransaction", times=5)
+    # The mint reaches chain B; its answer does not reach the worker.
+    lossy_b.lose_response("eth_sendRawTransaction", times=1)
 
     request = settle(create(creator, bob), [chain_a, chain_b])
-    assert node(request, "mint").node_state in (
-        NodeState.UNKNOWN,
-        NodeState.SUBMITTED,
-        NodeState.OBSERVING,
-        NodeState.COMPLETED,
-    )
+    assert NodeState.UNKNOWN in node_path(request, "mint")
     request = recovered_then_resumed(request, [chain_a, chain_b], "mint", operator)
 
     assert request.request_state == RequestState.COMPLETED
-    assert [method for method, _ in lossy_b.lost] == ["eth_sendRawTransaction"] * 5
-    assert len({str(params) for _, params in lossy_b.lost}) == 1  # one signed transaction
+    assert [method for method, _ in lossy_b.lost] == ["eth_sendRawTransaction"]
     assert NodeState.UNKNOWN in node_path(request, "mint")
     assert b.usdc_balance(bob) == before + UNITS
     assert len(mints(b, burn_message(request, cctp[0]).nonce)) == 1
