@@ -1,0 +1,86 @@
+"""QTG_VENUES=local for CCTP: ``venues.cctp.local.start`` brings up both devchains, CCTP on
+each, and the Iris stand-in as a process; the configuration it writes is what the product
+reads, and an attestation from that Iris mints on the other chain."""
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from standins.anvil import dev_accounts
+from standins.cctp import CctpDomain, address_to_bytes32, messages_sent
+from standins.contracts import at, transact
+from venues import local as venues_local
+from venues.cctp import config as cctp_config
+from venues.cctp import local
+from venues.ethlib import Web3
+
+pytestmark = [pytest.mark.devchain, pytest.mark.standin]
+
+
+@pytest.fixture
+def started(tmp_path):
+    env: dict[str, str] = {}
+    processes = local.start(env, tmp_path)
+    yield env, processes
+    venues_local.stop(processes)
+
+
+def domain(w3, cctp):
+    owner = dev_accounts()[0]
+    return CctpDomain(
+        w3,
+        cctp["domain"],
+        owner,
+        at(w3, "MessageTransmitter", cctp["message_transmitter"]),
+        at(w3, "TokenMessenger", cctp["token_messenger"]),
+        at(w3, "StandinUSDC", cctp["usdc"]),
+    )
+
+
+def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
+    env, processes = started
+    assert len(processes) == 3  # two anvils and the Iris stand-in
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings.QTG_CHAINS_CONFIG = env["QTG_CHAINS_CONFIG"]
+    written = yaml.safe_load(Path(env["QTG_CHAINS_CONFIG"]).read_text())
+
+    chains = cctp_config.cctp_chains()
+    assert {name: c.domain for name, c in chains.items()} == {"ethereum": 0, "arbitrum": 3}
+    assert cctp_config.iris_url() == env["QTG_IRIS_URL"]
+    w3 = {
+        name: Web3(Web3.HTTPProvider(env[entry["rpc_url_env"]]))
+        for name, entry in written["chains"].items()
+    }
+    assert (w3["ethereum"].eth.chain_id, w3["arbitrum"].eth.chain_id) == (31337, 31338)
+    a = domain(w3["ethereum"], written["chains"]["ethereum"]["cctp"])
+    b = domain(w3["arbitrum"], written["chains"]["arbitrum"]["cctp"])
+    treasury = written["chains"]["ethereum"]["accounts"]["treasury"]["address"]
+    assert a.usdc_balance(treasury) == local.DEMO_USDC_UNITS
+
+    sender = dev_accounts()[1]
+    recipient = dev_accounts()[4].address
+    transact(a.w3, sender, a.usdc.functions.approve(a.messenger.address, 5 * 10**6))
+    receipt = transact(
+        a.w3,
+        sender,
+        a.messenger.functions.depositForBurn(
+            5 * 10**6, 3, address_to_bytes32(recipient), a.usdc.address
+        ),
+    )
+    (raw,) = messages_sent(a.transmitter, receipt)
+    url = f"{env['QTG_IRIS_URL']}/v2/messages/0"
+    params = {"transactionHash": receipt["transactionHash"].to_0x_hex()}
+    deadline = time.monotonic() + 20
+    while True:  # the local chains mine a block a second: three confirmations
+        (message,) = httpx.get(url, params=params).json()["messages"]
+        if message["status"] == "complete" or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
+    assert message["status"] == "complete"
+    assert bytes.fromhex(message["message"][2:]) == raw
+    b.receive_message(dev_accounts()[3], raw, bytes.fromhex(message["attestation"][2:]))
+    assert b.usdc_balance(recipient) == 5 * 10**6
