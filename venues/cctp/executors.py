@@ -209,6 +209,13 @@ class ChainAction(Executor):
 
     external_ref_name = "transaction hash"
 
+    def visibility_window(self, ctx: ExecutionContext) -> float:
+        """How long the chain's nodes may not show a broadcast transaction (its config)."""
+        try:
+            return _evm(str(ctx.config.get("chain") or "")).broadcast_window_seconds
+        except DeterministicError:
+            return self.visibility_seconds
+
     def call(self, ctx: ExecutionContext) -> ContractCall:
         raise NotImplementedError
 
