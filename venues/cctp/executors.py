@@ -427,6 +427,28 @@ class CctpMint(ChainAction):
             {"chain": tx.chain, "nonce": tx.nonce, "chain_transaction": tx.pk, "reused": reused}
         )
 
+    def _observation(self, ctx: ExecutionContext, look: transfers.Track) -> Observation:
+        observation = super()._observation(ctx, look)
+        if observation.status not in (ObservedStatus.FAILED, ObservedStatus.UNKNOWN):
+            return observation
+        # Ours reverted or never landed: if the message was received all the same (another
+        # relayer was first: "Nonce already used"), the mint happened, once, by that
+        # transaction.
+        minted_by = self._already_minted(ctx)
+        if not minted_by or minted_by == "unknown":
+            return observation
+        return Observation(
+            ObservedStatus.COMPLETED,
+            minted_by,
+            {
+                **observation.detail,
+                "finding": "the message was received by another transaction",
+                "received_by": minted_by,
+                "ours": observation.external_ref,
+            },
+            replaced=True,
+        )
+
     def recover(self, ctx: ExecutionContext) -> Recovery:
         recovery = super().recover(ctx)
         if recovery.outcome in (RecoveredOutcome.COMPLETED, RecoveredOutcome.SUBMITTED):

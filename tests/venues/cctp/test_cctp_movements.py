@@ -297,3 +297,45 @@ def test_a_tampered_attestation_is_refused_by_the_chain_and_the_movement_needs_a
     assert b.usdc_balance(bob) == before_b  # nothing minted
     assert not b.is_nonce_used(DOMAIN_A, burn_message(request, a).nonce)
     assert not ChainTransaction.objects.filter(movement=request, node__node_key="mint").exists()
+
+
+def test_a_mint_another_relayer_landed_first_is_the_one_mint(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    """receiveMessage is open to anyone: a relayer whose transaction lands first mints, ours
+    reverts ("Nonce already used") and the node completes with the relayer's transaction."""
+    _, b = cctp
+    before = b.usdc_balance(bob)
+    chain_b.set_automine(False)  # our mint waits in the mempool for the next turn's block
+    front_run: list[str] = []
+
+    def relay_first():
+        ours = ChainTransaction.objects.filter(node__node_key="mint").first()
+        if front_run or ours is None or ours.state not in (TxState.BROADCAST, TxState.PENDING):
+            return
+        attested = ours.node.request.nodes.get(node_key="attestation_observe").result
+        sent = b.receive_message(
+            chain_b.accounts[6],
+            bytes.fromhex(attested["message"][2:]),
+            bytes.fromhex(attested["attestation"][2:]),
+            wait=False,
+            maxPriorityFeePerGas=50 * 10**9,
+            maxFeePerGas=200 * 10**9,
+        )
+        front_run.append(sent.to_0x_hex())
+
+    request = settle(create(creator, bob), [chain_a, chain_b], each=relay_first)
+
+    assert front_run
+    assert request.request_state == RequestState.COMPLETED
+    assert b.usdc_balance(bob) == before + UNITS  # minted once
+    (minted,) = mints(b, burn_message(request, cctp[0]).nonce)
+    assert minted["transactionHash"].to_0x_hex() == front_run[0]
+    mint = node(request, "mint")
+    assert mint.external_ref == front_run[0]
+    assert mint.result["received_by"] == front_run[0]
+    (ours,) = ChainTransaction.objects.filter(movement=request, node__node_key="mint")
+    assert ours.state == TxState.FAILED  # mined after the relayer's, reverted, nothing minted
+    assert "Nonce already used" in (mint.result.get("revert_reason") or "")
+    assert node(request, "mint_observe").result["tx_hash"] == front_run[0]
+    assert_history_replays(request)
