@@ -11,6 +11,7 @@ An EVM chain that CCTP serves carries, beside what the EVM adapter reads::
           token_messenger: "0x..."        # TokenMessenger (depositForBurn)
           message_transmitter: "0x..."    # MessageTransmitter (receiveMessage, usedNonces)
           usdc: "0x..."                   # the USDC burned and minted here
+          relayer: ops                    # optional: the account that submits mints here
     iris_url_env: QTG_IRIS_URL            # the variable holding the attestation service's URL
 
 Addresses are public: they live in the file. The Iris URL is named by a variable (Circle's
@@ -40,6 +41,7 @@ class CctpChain:
     token_messenger: str
     message_transmitter: str
     usdc: str
+    relayer: str  # the account that submits mints on this chain ('' : see CctpMint)
     entry: dict[str, Any]  # the chain's whole entry (the EVM adapter reads the rest)
 
 
@@ -68,6 +70,7 @@ def cctp_chains() -> dict[str, CctpChain]:
             _address(block.get("token_messenger"), f"{where}.token_messenger"),
             _address(block.get("message_transmitter"), f"{where}.message_transmitter"),
             _address(block.get("usdc"), f"{where}.usdc"),
+            str(block.get("relayer") or ""),
             dict(entry),
         )
     return found

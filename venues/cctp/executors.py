@@ -360,15 +360,17 @@ class CctpMint(ChainAction):
     @staticmethod
     def _relayer(chain: EvmChain, config: dict[str, Any], source: str) -> tuple[str, str]:
         """Who sends ``receiveMessage`` on the destination: ``relayer`` in the node's config,
-        else the chain's account named like the movement's source, else its only account."""
-        name = str(config.get("relayer") or "")
+        else the chain's ``cctp.relayer``, else its account named like the movement's source,
+        else its only account with a key."""
+        name = str(config.get("relayer") or "") or _chain(chain.name).relayer
+        if not name and source in chain.accounts:
+            name = source
         if not name:
-            name = source if source in chain.accounts else ""
-        if not name and len(chain.accounts) == 1:
-            name = next(iter(chain.accounts))
+            signing = [account.name for account in chain.accounts.values() if account.key]
+            name = signing[0] if len(signing) == 1 else ""
         if not name:
             raise DeterministicError(
-                f"chain {chain.name}: name the account that submits mints (config relayer)"
+                f"chain {chain.name}: name the account that submits mints (cctp.relayer)"
             )
         return _account(chain, name)
 

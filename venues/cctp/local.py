@@ -31,6 +31,7 @@ CHAINS = (
     ("ethereum", 31337, 0, "QTG_LOCAL_ETHEREUM_RPC_URL", "treasury", 1, "QTG_LOCAL_TREASURY_KEY"),
     ("arbitrum", 31338, 3, "QTG_LOCAL_ARBITRUM_RPC_URL", "relayer", 3, "QTG_LOCAL_RELAYER_KEY"),
 )
+VAULT = "vault"  # on arbitrum: where the demo movement mints
 DEMO_USDC_UNITS = 1_000_000 * 10**6  # the treasury's demo balance on ethereum
 CONFIRMATIONS = 3
 
@@ -130,6 +131,10 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
                 "message_transmitter": deployed.transmitter.address,
                 "usdc": deployed.usdc.address,
             }
+            if name == "arbitrum":
+                # The demo's destination: an account without a key (nothing is sent from it).
+                entry["accounts"].setdefault(VAULT, {"address": accounts[4].address})
+                entry["cctp"]["relayer"] = account
             chains[name] = entry
 
         iris_config = var_dir / "iris.json"

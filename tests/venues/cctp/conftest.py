@@ -88,6 +88,7 @@ def _rewind_chains(request):
 
 TREASURY = "treasury"  # dev account 1 on chain A: burns
 RELAYER = "relayer"  # dev account 3 on chain B: submits mints
+VAULT = "vault"  # dev account 4 on chain B: a configured destination without a key
 KEY_A_ENV = "QTG_TEST_CCTP_TREASURY_KEY"
 KEY_B_ENV = "QTG_TEST_CCTP_RELAYER_KEY"
 RPC_A_ENV, RPC_B_ENV, IRIS_ENV = "QTG_TEST_RPC_A", "QTG_TEST_RPC_B", "QTG_TEST_IRIS_URL"
@@ -136,12 +137,15 @@ def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris,
             },
         }
 
+    arbitrum = entry(chain_b, RPC_B_ENV, b, RELAYER, KEY_B_ENV, 3)
+    arbitrum["accounts"][VAULT] = {"address": chain_b.accounts[4].address}  # no key
+    arbitrum["cctp"]["relayer"] = RELAYER
     config = {
         "version": 1,
         "iris_url_env": IRIS_ENV,
         "chains": {
             "ethereum": entry(chain_a, RPC_A_ENV, a, TREASURY, KEY_A_ENV, 1),
-            "arbitrum": entry(chain_b, RPC_B_ENV, b, RELAYER, KEY_B_ENV, 3),
+            "arbitrum": arbitrum,
         },
     }
     path = tmp_path / "chains.yaml"

@@ -19,7 +19,7 @@ from tests.execution.conftest import assert_history_replays, node_path, run_work
 from tests.movements.drive import node
 from venues.models import ChainTransaction, TxState
 
-from .conftest import DOMAIN_A, TREASURY, USDC
+from .conftest import DOMAIN_A, TREASURY, USDC, VAULT
 
 pytestmark = [pytest.mark.devchain, pytest.mark.standin, pytest.mark.django_db]
 
@@ -34,7 +34,7 @@ def venues_on(settings, chains_config):
     settings.QTG_OBSERVE_POLL_SECONDS = 0
     settings.QTG_RETRY_BASE_SECONDS = 0
     settings.QTG_RETRY_MAX_SECONDS = 0
-    provide_venues([TREASURY])
+    provide_venues([TREASURY, VAULT])
 
 
 @pytest.fixture
@@ -160,10 +160,14 @@ def test_happy_path_moves_the_amount_exactly_once_across_both_chains(
 def test_a_second_burn_of_the_account_needs_no_new_allowance(
     venues_on, funded, cctp, chain_a, chain_b, bob, creator
 ):
+    _, b = cctp
+    vault = chain_b.accounts[4].address
+    before = b.usdc_balance(vault)
     first = settle(create(creator, bob, amount="1"), [chain_a, chain_b])
-    second = settle(create(creator, bob, amount="2"), [chain_a, chain_b])
+    second = settle(create(creator, VAULT, amount="2"), [chain_a, chain_b])  # an account name
 
     assert (first.request_state, second.request_state) == (RequestState.COMPLETED,) * 2
+    assert b.usdc_balance(vault) == before + 2 * USDC
     assert ChainTransaction.objects.filter(movement=second, node__isnull=True).count() == 0
     nonces = list(
         ChainTransaction.objects.filter(chain="ethereum")

@@ -60,6 +60,8 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     b = domain(w3["arbitrum"], written["chains"]["arbitrum"]["cctp"])
     treasury = written["chains"]["ethereum"]["accounts"]["treasury"]["address"]
     assert a.usdc_balance(treasury) == local.DEMO_USDC_UNITS
+    assert chains["arbitrum"].relayer == "relayer"
+    assert set(written["chains"]["arbitrum"]["accounts"]) == {"relayer", "vault"}
 
     sender = dev_accounts()[1]
     recipient = dev_accounts()[4].address
