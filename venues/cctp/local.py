@@ -37,12 +37,15 @@ CONFIRMATIONS = 3
 
 
 def _existing_config(env: dict[str, str], var_dir: Path) -> tuple[Path, dict[str, Any]]:
-    path = Path(env.get("QTG_CHAINS_CONFIG") or var_dir / "chains.yaml")
-    if path.exists():
-        data = yaml.safe_load(path.read_text()) or {}
+    """The configuration another adapter wrote in this run (``QTG_CHAINS_CONFIG`` in ``env``),
+    else a new one in ``var_dir`` (a file left by an earlier run names chains that are gone)."""
+    if env.get("QTG_CHAINS_CONFIG"):
+        path = Path(env["QTG_CHAINS_CONFIG"])
+        data = yaml.safe_load(path.read_text()) if path.exists() else None
         if isinstance(data, dict):
             return path, data
-    return path, {"version": 1, "chains": {}}
+        return path, {"version": 1, "chains": {}}
+    return var_dir / "chains.yaml", {"version": 1, "chains": {}}
 
 
 def _running_chain(config: dict[str, Any], env: dict[str, str], chain_id: int) -> str | None:
@@ -53,6 +56,15 @@ def _running_chain(config: dict[str, Any], env: dict[str, str], chain_id: int) -
             if url:
                 return url
     return None
+
+
+def _forget_chain(config: dict[str, Any], chain_id: int) -> None:
+    """Drop entries of ``chain_id`` whose chain is not running (started here instead)."""
+    chains = config.get("chains") or {}
+    for name in [
+        n for n, e in chains.items() if isinstance(e, dict) and e.get("chain_id") == chain_id
+    ]:
+        del chains[name]
 
 
 def _wait_healthy(url: str, process: Popen[Any], timeout: float = 20.0) -> None:
@@ -91,7 +103,8 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
     try:
         for name, chain_id, domain, rpc_env, account, index, key_env in CHAINS:
             url = _running_chain(config, env, chain_id)
-            if url is None:
+            started_here = url is None
+            if started_here:
                 anvil = Anvil(chain_id=chain_id).start()  # automine while deploying
                 started.append(anvil.process)
                 ours.append(anvil)
@@ -99,6 +112,8 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
             w3 = Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": 10}))
             deployed = deploy_cctp(w3, accounts[0], domain=domain, attester=attester)
             domains[name] = (deployed, url, rpc_env, account, index, key_env, chain_id)
+            if started_here:
+                _forget_chain(config, chain_id)
         link(domains["ethereum"][0], domains["arbitrum"][0])
         domains["ethereum"][0].mint_usdc(accounts[1].address, DEMO_USDC_UNITS)
         for anvil in ours:
@@ -116,7 +131,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
                     "replace_after_seconds": 60,
                     "max_fee_gwei": 100,
                 }
-                env[rpc_env] = url
+            env[str(entry["rpc_url_env"])] = url
             entry.setdefault("tokens", {})["USDC"] = {
                 "address": deployed.usdc.address,
                 "decimals": 6,

@@ -22,6 +22,9 @@ pytestmark = [pytest.mark.devchain, pytest.mark.standin]
 
 @pytest.fixture
 def started(tmp_path):
+    # What an earlier run left behind names chains that are gone: not reused.
+    stale = {"ethereum": {"kind": "evm", "chain_id": 31337, "rpc_url_env": "QTG_GONE_RPC_URL"}}
+    (tmp_path / "chains.yaml").write_text(yaml.safe_dump({"version": 1, "chains": stale}))
     env: dict[str, str] = {}
     processes = local.start(env, tmp_path)
     yield env, processes
@@ -61,6 +64,7 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     treasury = written["chains"]["ethereum"]["accounts"]["treasury"]["address"]
     assert a.usdc_balance(treasury) == local.DEMO_USDC_UNITS
     assert chains["arbitrum"].relayer == "relayer"
+    assert {entry["rpc_url_env"] for entry in written["chains"].values()} <= set(env)
     assert set(written["chains"]["arbitrum"]["accounts"]) == {"relayer", "vault"}
 
     sender = dev_accounts()[1]
