@@ -120,14 +120,17 @@ def nonce_used(chain: CctpChain, source_domain: int, nonce: int) -> bool:
 
 def receiving_transaction(chain: CctpChain, source_domain: int, nonce: int) -> str | None:
     """The transaction that received (minted) the message ``source_domain``/``nonce`` on the
-    destination chain, from its ``MessageReceived`` log (nonce is indexed)."""
+    destination chain, from its ``MessageReceived`` log (nonce is indexed), looked for in the
+    chain's last ``cctp.log_lookback_blocks`` blocks (RPC providers bound a log query's range;
+    a mint is searched for soon after the burn was attested)."""
+    head = int(str(_rpc(chain, "eth_blockNumber")), 16)
     logs = _rpc(
         chain,
         "eth_getLogs",
         {
             "address": chain.message_transmitter,
-            "fromBlock": "0x0",
-            "toBlock": "latest",
+            "fromBlock": hex(max(0, head - chain.log_lookback_blocks)),
+            "toBlock": hex(head),
             "topics": [MESSAGE_RECEIVED_TOPIC, None, "0x" + nonce.to_bytes(32, "big").hex()],
         },
     )

@@ -12,6 +12,7 @@ An EVM chain that CCTP serves carries, beside what the EVM adapter reads::
           message_transmitter: "0x..."    # MessageTransmitter (receiveMessage, usedNonces)
           usdc: "0x..."                   # the USDC burned and minted here
           relayer: ops                    # optional: the account that submits mints here
+          log_lookback_blocks: 10000      # optional: how far back a mint's log is looked for
     iris_url_env: QTG_IRIS_URL            # the variable holding the attestation service's URL
 
 Addresses are public: they live in the file. The Iris URL is named by a variable (Circle's
@@ -42,6 +43,7 @@ class CctpChain:
     message_transmitter: str
     usdc: str
     relayer: str  # the account that submits mints on this chain ('' : see CctpMint)
+    log_lookback_blocks: int
     entry: dict[str, Any]  # the chain's whole entry (the EVM adapter reads the rest)
 
 
@@ -49,6 +51,15 @@ def _address(value: Any, where: str) -> str:
     if not isinstance(value, str) or not Web3.is_address(value):
         raise ImproperlyConfigured(f"{where}: not an address: {value!r}")
     return Web3.to_checksum_address(value)
+
+
+DEFAULT_LOOKBACK_BLOCKS = 10_000
+
+
+def _lookback(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(f"{where}.log_lookback_blocks must be a positive integer")
+    return value
 
 
 def cctp_chains() -> dict[str, CctpChain]:
@@ -71,6 +82,7 @@ def cctp_chains() -> dict[str, CctpChain]:
             _address(block.get("message_transmitter"), f"{where}.message_transmitter"),
             _address(block.get("usdc"), f"{where}.usdc"),
             str(block.get("relayer") or ""),
+            _lookback(block.get("log_lookback_blocks", DEFAULT_LOOKBACK_BLOCKS), where),
             dict(entry),
         )
     return found

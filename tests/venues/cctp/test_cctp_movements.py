@@ -210,12 +210,17 @@ def test_a_lost_mint_response_is_recovered_and_mints_once(
     assert_history_replays(request)
 
 
+@pytest.mark.parametrize(
+    ("fault", "answered"),
+    [({"status": 503}, 503), ({"rate_limit": True}, 429)],
+    ids=["down-5xx", "rate-limited-429"],
+)
 def test_attestation_service_down_then_back_completes_after_its_retry_after(
-    venues_on, funded, cctp, chain_a, chain_b, bob, creator, iris
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, iris, fault, answered
 ):
     _, b = cctp
     before = b.usdc_balance(bob)
-    iris.set_faults(status=503, retry_after=1, times=3)
+    iris.set_faults(**fault, retry_after=1, times=3)
 
     request = settle(create(creator, bob), [chain_a, chain_b])
 
@@ -224,10 +229,10 @@ def test_attestation_service_down_then_back_completes_after_its_retry_after(
     burn_tx = node(request, "burn").external_ref
     served = [s for s in iris.served() if burn_tx in s.path]
     statuses = [s.status for s in served]
-    assert statuses[:3] == [503, 503, 503]
+    assert statuses[:3] == [answered] * 3
     assert statuses[-1] == 200
-    # Each ask after a 503 came no earlier than its Retry-After (1 s), though the worker's own
-    # backoff is zero here.
+    # Each ask after a refusal came no earlier than its Retry-After (1 s), though the worker's
+    # own backoff is zero here.
     for earlier, later in itertools.pairwise(served[:4]):
         assert later.at - earlier.at >= 1.0
     assert_history_replays(request)
