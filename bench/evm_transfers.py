@@ -31,9 +31,9 @@ _scratch = tempfile.mkdtemp(prefix="qtg-evm-bench-")
 if not os.environ.get("DATABASE_URL"):
     os.environ["QTG_SQLITE_TEST_PATH"] = str(Path(_scratch) / "bench.sqlite3")
 
-import standins  # noqa: E402, F401  (web3 under the recursion limit; before django)
-
 import django  # noqa: E402
+
+import standins  # noqa: E402, F401  (web3 under the recursion limit; before django)
 
 django.setup()
 

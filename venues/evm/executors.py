@@ -212,6 +212,9 @@ class ChainTxObserve(Executor):
     status, its confirmations (head - inclusion + 1) and, for an ``evm_transfer``, that it
     moved the amount to the recipient (read from the receipt and its logs)."""
 
+    def validate(self, spec: NodeSpec) -> None:
+        _chain(spec.config)
+
     def visibility_window(self, ctx: ExecutionContext) -> float:
         try:
             return _chain(ctx.config).broadcast_window_seconds

@@ -290,3 +290,38 @@ def test_reads_that_time_out_while_observing_are_asked_again_without_doubt(
     assert request.request_state == RequestState.COMPLETED
     assert "UNKNOWN" not in node_path(request, "transfer")
     assert balance(devchain, tokens["USDC"], recipient) == 6_000_000
+
+
+def test_only_the_senders_lowest_stuck_nonce_is_bumped(
+    devchain, tokens, chain_config, fast_worker, creator, recipient
+):
+    chain_config(replace_after_seconds=0.5)
+    with devchain.manual_mining():
+        lower = transfer(creator, recipient, amount="1")
+        higher = transfer(creator, recipient, amount="2")
+        run_until(lambda: len(chain_txs(lower)) == 2, turns=500)
+        for _ in range(5):
+            run_workers_once()
+
+        assert len(chain_txs(higher)) == 1
+        assert node(higher, "transfer").result["waiting_for_nonce"] == chain_txs(lower)[0].nonce
+
+    for request in (lower, higher):
+        assert settle(request, devchain).request_state == RequestState.COMPLETED
+    assert balance(devchain, tokens["USDC"], recipient) == 3_000_000
+
+
+def test_the_movement_page_lists_its_chain_transactions_and_their_admin_is_read_only(
+    devchain, tokens, chain_config, fast_worker, creator, recipient, admin_client
+):
+    request = settle(transfer(creator, recipient, amount="1"), devchain)
+    [tx] = chain_txs(request)
+
+    page = admin_client.get(f"/admin/movements/movementrequest/{request.pk}/change/")
+    detail = admin_client.get(f"/admin/venues/chaintransaction/{tx.pk}/change/")
+
+    assert page.status_code == 200
+    assert tx.tx_hash in page.content.decode() and "FINALIZED" in page.content.decode()
+    assert detail.status_code == 200 and b'name="_save"' not in detail.content
+    assert b"CONFIRMED" in detail.content  # its audit trail
+    assert admin_client.get("/admin/venues/chaintransaction/add/").status_code == 403
