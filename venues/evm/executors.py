@@ -166,6 +166,10 @@ class EvmTransfer(Executor):
             return Recovery(RecoveredOutcome.COMPLETED, observation.external_ref, detail)
         if observation.status == ObservedStatus.FAILED:
             return Recovery(RecoveredOutcome.FAILED, observation.external_ref, detail)
+        if result.status == "dropped":
+            # Its nonce was used by a transaction QTG did not sign: this transfer can never
+            # happen (the worker still waits out the visibility window and asks twice).
+            return Recovery(RecoveredOutcome.FAILED, original, detail)
         if result.status == "waiting" and (
             result.winner is not None or "broadcast_refused" not in result.detail
         ):

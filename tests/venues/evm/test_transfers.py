@@ -325,3 +325,33 @@ def test_the_movement_page_lists_its_chain_transactions_and_their_admin_is_read_
     assert detail.status_code == 200 and b'name="_save"' not in detail.content
     assert b"CONFIRMED" in detail.content  # its audit trail
     assert admin_client.get("/admin/venues/chaintransaction/add/").status_code == 403
+
+
+def test_a_nonce_taken_by_a_transaction_qtg_did_not_sign_drops_the_transfer_and_fails_it(
+    devchain, tokens, chain_config, fast_worker, creator, recipient
+):
+    from standins.contracts import send_transaction
+
+    chain_config(broadcast_window_seconds=1)
+    treasury = devchain.accounts[1]
+    with devchain.manual_mining():
+        request = transfer(creator, recipient, amount="8")
+        [ours] = run_until(lambda: [t for t in chain_txs(request) if t.state == S.PENDING])
+        devchain.drop_transaction(ours.tx_hash)
+        # Someone else holding the key spends the nonce first.
+        send_transaction(
+            devchain.web3,
+            treasury,
+            {"to": treasury.address, "value": 0, "nonce": ours.nonce},
+            wait=False,
+        )
+        devchain.mine()
+
+    request = settle(request, devchain)
+
+    [ours] = chain_txs(request)
+    assert ours.state == S.DROPPED
+    assert request.request_state == RequestState.FAILED
+    assert balance(devchain, tokens["USDC"], recipient) == 0
+    assert "dropped" in attention_reasons(request)
+    assert node_path(request, "transfer")[-2:] == ["UNKNOWN", "FAILED"]
