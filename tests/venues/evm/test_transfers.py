@@ -256,7 +256,7 @@ def proxy(devchain, chain_config, monkeypatch):
 
     with RPCProxy(devchain.url, hold_seconds=1.5) as running:
         monkeypatch.setenv(RPC_ENV, running.url)
-        chain_config(rpc_timeout_seconds=1)
+        chain_config(rpc_timeout_seconds=1, broadcast_window_seconds=1)
         yield running
 
 
@@ -355,3 +355,24 @@ def test_a_nonce_taken_by_a_transaction_qtg_did_not_sign_drops_the_transfer_and_
     assert balance(devchain, tokens["USDC"], recipient) == 0
     assert "dropped" in attention_reasons(request)
     assert node_path(request, "transfer")[-2:] == ["UNKNOWN", "FAILED"]
+
+
+def test_a_broadcast_the_network_never_sees_is_re_sent_from_its_bytes_after_its_window(
+    devchain, tokens, proxy, fast_worker, creator, recipient
+):
+    # The node answers the send with the hash and never passes the transaction on.
+    proxy.stall("eth_sendRawTransaction", times=1, forward="swallow")
+    request = transfer(creator, recipient, amount="5.5")
+    [tx] = run_until(lambda: [t for t in chain_txs(request) if t.state == S.BROADCAST])
+    assert devchain.web3.eth.get_transaction_count(devchain.accounts[1].address) == tx.nonce
+
+    request = settle(request, devchain, timeout=30)
+
+    [again] = chain_txs(request)
+    assert again.tx_hash == tx.tx_hash and again.state == S.FINALIZED
+    resent = again.events.get(from_state=S.BROADCAST, to_state=S.BROADCAST)
+    assert resent.evidence["rebroadcast"] == "not seen within the broadcast window"
+    assert (resent.at - tx.broadcast_at).total_seconds() >= 1  # its broadcast window
+    # Handed to a node is not known to the network: never PENDING before the re-send.
+    assert states_of(again)[:4] == ["CREATED", "SIGNED", "BROADCAST", "BROADCAST"]
+    assert balance(devchain, tokens["USDC"], recipient) == 5_500_000
