@@ -166,6 +166,10 @@ class EvmTransfer(Executor):
             return Recovery(RecoveredOutcome.COMPLETED, observation.external_ref, detail)
         if observation.status == ObservedStatus.FAILED:
             return Recovery(RecoveredOutcome.FAILED, observation.external_ref, detail)
+        if result.status == "dropped":
+            # Its nonce was used by a transaction QTG did not sign: this transfer can never
+            # happen (the worker still waits out the visibility window and asks twice).
+            return Recovery(RecoveredOutcome.FAILED, original, detail)
         if result.status == "waiting" and (
             result.winner is not None or "broadcast_refused" not in result.detail
         ):
@@ -211,6 +215,9 @@ class ChainTxObserve(Executor):
     """Watch an upstream node's transaction reach the chain's finality: its receipt's
     status, its confirmations (head - inclusion + 1) and, for an ``evm_transfer``, that it
     moved the amount to the recipient (read from the receipt and its logs)."""
+
+    def validate(self, spec: NodeSpec) -> None:
+        _chain(spec.config)
 
     def visibility_window(self, ctx: ExecutionContext) -> float:
         try:

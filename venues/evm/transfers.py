@@ -544,8 +544,12 @@ def _keep_in_mempool(
             }
         return newest
     if sent.outcome == "nonce_used":
-        # Not mined (no receipt for any of ours): the nonce went to a transaction that is
-        # not ours. Only a look at every hash can say it; done above. Dropped for good.
+        # No receipt for any of ours a moment ago; asked again now (a node behind a load
+        # balancer may lag): if still none, the nonce went to a transaction that is not ours.
+        for tx in txs:
+            if tx.tx_hash and _rpc("receipt", client.receipt_of, w3, tx.tx_hash) is not None:
+                result.detail["waiting_for"] = "the receipt of a transaction just mined"
+                return newest
         for tx in txs:
             if tx.state in LIVE_TX_STATES:
                 _to(tx, S.DROPPED, {"nonce_used_by_another_transaction": sent.message})

@@ -1,12 +1,15 @@
 """A JSON-RPC proxy in front of anvil that can lose answers: a request for a stalled method
 is held past the client's timeout, after being forwarded (the node acted, the answer is lost)
-or not (the node never heard of it)."""
+or not (the node never heard of it); or, for a raw transaction, answered with its hash and
+never passed on (a node that accepts and never propagates)."""
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+from eth_utils import keccak
 
 
 class RPCProxy:
@@ -22,8 +25,23 @@ class RPCProxy:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                method = httpx.Response(200, content=body).json().get("method", "")
+                request = httpx.Response(200, content=body).json()
+                method = request.get("method", "")
                 stall = proxy._take(method)
+                if stall == "swallow":
+                    raw = bytes.fromhex(request["params"][0].removeprefix("0x"))
+                    answer = {
+                        "jsonrpc": "2.0",
+                        "id": request["id"],
+                        "result": "0x" + keccak(raw).hex(),
+                    }
+                    content = json.dumps(answer).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(content)))
+                    self.end_headers()
+                    self.wfile.write(content)
+                    return
                 if stall is not None and not stall:
                     time.sleep(proxy.hold_seconds)
                     return
@@ -50,7 +68,9 @@ class RPCProxy:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def stall(self, method: str, *, times: int, forward: bool) -> None:
+    def stall(self, method: str, *, times: int, forward: bool | str) -> None:
+        """``forward``: True (the node acts, the answer is lost), False (nothing reaches the
+        node) or "swallow" (answered with the hash, nothing reaches the node)."""
         with self._lock:
             self.stalls[method] = [times, forward]
 

@@ -256,7 +256,7 @@ def proxy(devchain, chain_config, monkeypatch):
 
     with RPCProxy(devchain.url, hold_seconds=1.5) as running:
         monkeypatch.setenv(RPC_ENV, running.url)
-        chain_config(rpc_timeout_seconds=1)
+        chain_config(rpc_timeout_seconds=1, broadcast_window_seconds=1)
         yield running
 
 
@@ -290,3 +290,89 @@ def test_reads_that_time_out_while_observing_are_asked_again_without_doubt(
     assert request.request_state == RequestState.COMPLETED
     assert "UNKNOWN" not in node_path(request, "transfer")
     assert balance(devchain, tokens["USDC"], recipient) == 6_000_000
+
+
+def test_only_the_senders_lowest_stuck_nonce_is_bumped(
+    devchain, tokens, chain_config, fast_worker, creator, recipient
+):
+    chain_config(replace_after_seconds=0.5)
+    with devchain.manual_mining():
+        lower = transfer(creator, recipient, amount="1")
+        higher = transfer(creator, recipient, amount="2")
+        run_until(lambda: len(chain_txs(lower)) == 2, turns=500)
+        for _ in range(5):
+            run_workers_once()
+
+        assert len(chain_txs(higher)) == 1
+        assert node(higher, "transfer").result["waiting_for_nonce"] == chain_txs(lower)[0].nonce
+
+    for request in (lower, higher):
+        assert settle(request, devchain).request_state == RequestState.COMPLETED
+    assert balance(devchain, tokens["USDC"], recipient) == 3_000_000
+
+
+def test_the_movement_page_lists_its_chain_transactions_and_their_admin_is_read_only(
+    devchain, tokens, chain_config, fast_worker, creator, recipient, admin_client
+):
+    request = settle(transfer(creator, recipient, amount="1"), devchain)
+    [tx] = chain_txs(request)
+
+    page = admin_client.get(f"/admin/movements/movementrequest/{request.pk}/change/")
+    detail = admin_client.get(f"/admin/venues/chaintransaction/{tx.pk}/change/")
+
+    assert page.status_code == 200
+    assert tx.tx_hash in page.content.decode() and "FINALIZED" in page.content.decode()
+    assert detail.status_code == 200 and b'name="_save"' not in detail.content
+    assert b"CONFIRMED" in detail.content  # its audit trail
+    assert admin_client.get("/admin/venues/chaintransaction/add/").status_code == 403
+
+
+def test_a_nonce_taken_by_a_transaction_qtg_did_not_sign_drops_the_transfer_and_fails_it(
+    devchain, tokens, chain_config, fast_worker, creator, recipient
+):
+    from standins.contracts import send_transaction
+
+    chain_config(broadcast_window_seconds=1)
+    treasury = devchain.accounts[1]
+    with devchain.manual_mining():
+        request = transfer(creator, recipient, amount="8")
+        [ours] = run_until(lambda: [t for t in chain_txs(request) if t.state == S.PENDING])
+        devchain.drop_transaction(ours.tx_hash)
+        # Someone else holding the key spends the nonce first.
+        send_transaction(
+            devchain.web3,
+            treasury,
+            {"to": treasury.address, "value": 0, "nonce": ours.nonce},
+            wait=False,
+        )
+        devchain.mine()
+
+    request = settle(request, devchain)
+
+    [ours] = chain_txs(request)
+    assert ours.state == S.DROPPED
+    assert request.request_state == RequestState.FAILED
+    assert balance(devchain, tokens["USDC"], recipient) == 0
+    assert "dropped" in attention_reasons(request)
+    assert node_path(request, "transfer")[-2:] == ["UNKNOWN", "FAILED"]
+
+
+def test_a_broadcast_the_network_never_sees_is_re_sent_from_its_bytes_after_its_window(
+    devchain, tokens, proxy, fast_worker, creator, recipient
+):
+    # The node answers the send with the hash and never passes the transaction on.
+    proxy.stall("eth_sendRawTransaction", times=1, forward="swallow")
+    request = transfer(creator, recipient, amount="5.5")
+    [tx] = run_until(lambda: [t for t in chain_txs(request) if t.state == S.BROADCAST])
+    assert devchain.web3.eth.get_transaction_count(devchain.accounts[1].address) == tx.nonce
+
+    request = settle(request, devchain, timeout=30)
+
+    [again] = chain_txs(request)
+    assert again.tx_hash == tx.tx_hash and again.state == S.FINALIZED
+    resent = again.events.get(from_state=S.BROADCAST, to_state=S.BROADCAST)
+    assert resent.evidence["rebroadcast"] == "not seen within the broadcast window"
+    assert (resent.at - tx.broadcast_at).total_seconds() >= 1  # its broadcast window
+    # Handed to a node is not known to the network: never PENDING before the re-send.
+    assert states_of(again)[:4] == ["CREATED", "SIGNED", "BROADCAST", "BROADCAST"]
+    assert balance(devchain, tokens["USDC"], recipient) == 5_500_000
