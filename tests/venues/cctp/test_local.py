@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.devchain, pytest.mark.standin]
 @pytest.fixture
 def started(tmp_path):
     # What an earlier run left behind names chains that are gone: not reused.
-    stale = {"ethereum": {"kind": "evm", "chain_id": 31337, "rpc_url_env": "QTG_GONE_RPC_URL"}}
+    stale = {"devchain": {"kind": "evm", "chain_id": 31337, "rpc_url_env": "QTG_GONE_RPC_URL"}}
     (tmp_path / "chains.yaml").write_text(yaml.safe_dump({"version": 1, "chains": stale}))
     env: dict[str, str] = {}
     processes = local.start(env, tmp_path)
@@ -52,20 +52,20 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     written = yaml.safe_load(Path(env["QTG_CHAINS_CONFIG"]).read_text())
 
     chains = cctp_config.cctp_chains()
-    assert {name: c.domain for name, c in chains.items()} == {"ethereum": 0, "arbitrum": 3}
+    assert {name: c.domain for name, c in chains.items()} == {"devchain": 0, "devchain-b": 3}
     assert cctp_config.iris_url() == env["QTG_IRIS_URL"]
     w3 = {
         name: Web3(Web3.HTTPProvider(env[entry["rpc_url_env"]]))
         for name, entry in written["chains"].items()
     }
-    assert (w3["ethereum"].eth.chain_id, w3["arbitrum"].eth.chain_id) == (31337, 31338)
-    a = domain(w3["ethereum"], written["chains"]["ethereum"]["cctp"])
-    b = domain(w3["arbitrum"], written["chains"]["arbitrum"]["cctp"])
-    treasury = written["chains"]["ethereum"]["accounts"]["treasury"]["address"]
+    assert (w3["devchain"].eth.chain_id, w3["devchain-b"].eth.chain_id) == (31337, 31338)
+    a = domain(w3["devchain"], written["chains"]["devchain"]["cctp"])
+    b = domain(w3["devchain-b"], written["chains"]["devchain-b"]["cctp"])
+    treasury = written["chains"]["devchain"]["accounts"]["treasury"]["address"]
     assert a.usdc_balance(treasury) == local.DEMO_USDC_UNITS
-    assert chains["arbitrum"].relayer == "relayer"
+    assert chains["devchain-b"].relayer == "relayer"
     assert {entry["rpc_url_env"] for entry in written["chains"].values()} <= set(env)
-    assert set(written["chains"]["arbitrum"]["accounts"]) == {"relayer", "vault"}
+    assert set(written["chains"]["devchain-b"]["accounts"]) == {"relayer", "vault"}
 
     sender = dev_accounts()[1]
     recipient = dev_accounts()[4].address
@@ -90,3 +90,26 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     assert bytes.fromhex(message["message"][2:]) == raw
     b.receive_message(dev_accounts()[3], raw, bytes.fromhex(message["attestation"][2:]))
     assert b.usdc_balance(recipient) == 5 * 10**6
+
+
+def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
+    from venues.evm import local as evm_local
+
+    env: dict[str, str] = {}
+    processes = evm_local.start(env, tmp_path)
+    try:
+        evm_usdc = yaml.safe_load((tmp_path / "chains.yaml").read_text())["chains"]["devchain"][
+            "tokens"
+        ]["USDC"]
+        processes += local.start(env, tmp_path)
+        written = yaml.safe_load(Path(env["QTG_CHAINS_CONFIG"]).read_text())
+
+        assert len(processes) == 3  # the EVM adapter's anvil, devchain-b and Iris
+        chain_ids = [entry["chain_id"] for entry in written["chains"].values()]
+        assert sorted(chain_ids) == [31337, 31338]  # one entry per chain
+        devchain = written["chains"]["devchain"]
+        assert devchain["tokens"]["USDC"] == evm_usdc  # the EVM demo's token is kept
+        assert devchain["cctp"]["domain"] == 0
+        assert env["QTG_DEVCHAIN_RPC_URL"] and env["QTG_DEVCHAIN_B_RPC_URL"]
+    finally:
+        venues_local.stop(processes)
