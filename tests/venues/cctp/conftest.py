@@ -81,6 +81,7 @@ def _rewind_chains(request):
     snapshots = [(chain, chain.snapshot()) for chain in chains]
     yield
     for chain, snapshot in snapshots:
+        chain.set_interval_mining(0)
         chain.drop_all_transactions()
         chain.set_automine(True)
         assert chain.revert(snapshot), "snapshot could not be reverted"
