@@ -55,6 +55,7 @@ class CallbackOutbox:
 
 _provided: dict[str, Any] = {}
 _movement_page_inlines: list[type] = []
+_embedded_services: list[Callable[[dict[str, str]], list[Any]]] = []
 
 
 def provide_reservations(ledger: ReservationLedger) -> None:
@@ -142,6 +143,18 @@ def movement_page_inlines() -> list[type]:
     return list(_movement_page_inlines)
 
 
+def provide_embedded_services(start: Callable[[dict[str, str]], list[Any]]) -> None:
+    """``start(env)`` runs before ``make run`` starts web, worker and beat: it may start child
+    processes (a venue's local stand-in), returned to be stopped at the end, and add to
+    ``env`` what those three processes need to reach them."""
+    if start not in _embedded_services:
+        _embedded_services.append(start)
+
+
+def embedded_services() -> list[Callable[[dict[str, str]], list[Any]]]:
+    return list(_embedded_services)
+
+
 __all__ = [
     "TERMINAL_REQUEST_STATES",
     "CallbackOutbox",
@@ -151,11 +164,13 @@ __all__ = [
     "add_movement_page_inline",
     "after_writes",
     "callbacks",
+    "embedded_services",
     "movement_page_inlines",
     "movement_payload",
     "movement_visible_to",
     "movements_visible_to",
     "provide_callbacks",
+    "provide_embedded_services",
     "provide_reservations",
     "reservations",
 ]
