@@ -145,7 +145,8 @@ class LocalSolana:
         return self.control("POST", "mint-to", payload)["address"]
 
     def drop_next(self, count: int = 1) -> None:
-        """The next `count` sent transactions are accepted (signature returned) and never land."""
+        """The next `count` sent transactions are accepted (signature returned) and never land,
+        however often their bytes are sent again."""
         self.control("POST", "drop-next", {"count": count})
 
     def hold_next(self, until_slot: int) -> None:

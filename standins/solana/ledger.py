@@ -104,6 +104,7 @@ class Pending:
 @dataclass
 class Faults:
     drop_next: int = 0
+    dropped: set[str] = field(default_factory=set)
     hold_until: list[int] = field(default_factory=list)
     slow: dict[str, list[float]] = field(default_factory=dict)  # method or "*" -> [seconds, times]
 
@@ -211,8 +212,13 @@ class Ledger:
         with self._lock:
             if signature in self.landed or signature in self.pending:
                 outcome = "duplicate"
+            elif signature in self.faults.dropped:
+                outcome = "dropped"
             elif self.faults.drop_next:
+                # Dropped for good: re-sending the same bytes does not revive it (a leader
+                # that never includes it), so only a new transaction can carry the transfer.
                 self.faults.drop_next -= 1
+                self.faults.dropped.add(signature)
                 outcome = "dropped"
             else:
                 land_at = self.slot + 1
@@ -462,6 +468,7 @@ class Ledger:
                 "sends": dict(self.sends),
                 "faults": {
                     "drop_next": self.faults.drop_next,
+                    "dropped": sorted(self.faults.dropped),
                     "hold_until": list(self.faults.hold_until),
                     "slow": dict(self.faults.slow),
                 },

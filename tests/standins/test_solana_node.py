@@ -198,6 +198,8 @@ def test_a_dropped_transaction_is_acknowledged_never_lands_and_then_expires(node
 
     signature = send(node, tx)
     node.advance(3)
+    send(node, tx)  # re-sending the same bytes does not revive it
+    node.advance(3)
     assert signature == tx.signatures[0]
     assert status(node, signature) is None
 
@@ -205,13 +207,23 @@ def test_a_dropped_transaction_is_acknowledged_never_lands_and_then_expires(node
 
     assert rpc(node, lambda c: c.get_block_height("finalized")).value > last_valid
     assert not blockhash_is_valid(node, tx.message.recent_blockhash, "finalized")
-    # The same bytes cannot land any more, with or without preflight.
-    send(node, tx, SKIP_PREFLIGHT)
-    node.advance(2)
-    assert status(node, signature) is None
+    with pytest.raises(RPCException, match="Blockhash not found"):
+        send(node, tx)
     assert balance(node, recipient) == 0
     sends = node.state()["sends"][str(signature)]
-    assert [send["outcome"] for send in sends] == ["dropped", "queued"]
+    assert [send["outcome"] for send in sends] == ["dropped", "dropped"]
+
+
+def test_a_transaction_sent_after_its_blockhash_expired_never_lands(node):
+    sender, recipient = funded(node), Keypair().pubkey()
+    tx, _ = sol_transfer(node, sender, recipient, SOL // 10)
+    node.expire_blockhashes()
+
+    send(node, tx, SKIP_PREFLIGHT)
+    node.advance(2)
+
+    assert status(node, tx.signatures[0]) is None
+    assert balance(node, recipient) == 0
 
 
 def test_a_held_transaction_lands_exactly_at_the_last_valid_height_and_not_after(node):

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 
 from venues import conf
+from venues.signing import Signer
 
-from .keys import keypair_from_secret
+from .signing import solana_signer
 
 COMMITMENTS = ("processed", "confirmed", "finalized")
 NATIVE = "SOL"
@@ -81,13 +81,13 @@ class SolanaChain:
         except KeyError:
             raise ImproperlyConfigured(f"chain {self.name} has no account {name!r}") from None
 
-    def keypair(self, account: Account) -> Keypair:
-        """The account's signing key, read from where the config says (never cached here)."""
+    def signer(self, account: Account) -> Signer:
+        """The account's signer (the key is read where the config says, never stored)."""
         what = f"chains.{self.name}.accounts.{account.name}.key"
-        keypair = keypair_from_secret(conf.secret(account.key, what=what), what=what)
-        if keypair.pubkey() != account.address:
+        signer = solana_signer(account.key, what=what)
+        if signer.address() != str(account.address):
             raise ImproperlyConfigured(f"{what} does not belong to {account.address}")
-        return keypair
+        return signer
 
 
 def _fail(name: str, problem: str) -> ImproperlyConfigured:
@@ -165,4 +165,6 @@ def solana_chain(name: str) -> SolanaChain:
     try:
         return solana_chains()[name]
     except KeyError:
-        raise ImproperlyConfigured(f"no solana chain {name!r} in the chains configuration") from None
+        raise ImproperlyConfigured(
+            f"no solana chain {name!r} in the chains configuration"
+        ) from None

@@ -15,11 +15,9 @@ import json
 from dataclasses import asdict, dataclass
 
 from solders.hash import Hash
-from solders.keypair import Keypair
 from solders.message import Message
 from solders.pubkey import Pubkey
 from solders.system_program import TransferParams, transfer
-from solders.transaction import Transaction, VersionedTransaction
 from spl.token.constants import TOKEN_PROGRAM_ID
 from spl.token.instructions import (
     create_idempotent_associated_token_account,
@@ -33,6 +31,7 @@ from .config import Token
 
 @dataclass(frozen=True)
 class SignedTransfer:
+    chain_transaction_id: int
     signature: str
     raw_base64: str
     blockhash: str
@@ -50,9 +49,7 @@ class SignedTransfer:
         return cls(**json.loads(payload))
 
 
-def transfer_instructions(
-    *, token: Token, sender: Pubkey, recipient: Pubkey, units: int
-) -> list:
+def transfer_instructions(*, token: Token, sender: Pubkey, recipient: Pubkey, units: int) -> list:
     if token.native:
         return [transfer(TransferParams(from_pubkey=sender, to_pubkey=recipient, lamports=units))]
     source = get_associated_token_address(sender, token.mint)
@@ -73,26 +70,15 @@ def transfer_instructions(
     ]
 
 
-def sign_transfer(
-    *,
-    token: Token,
-    sender: Keypair,
-    recipient: Pubkey,
-    units: int,
-    blockhash: Hash,
-    last_valid_block_height: int,
-) -> SignedTransfer:
+def transfer_message(
+    *, token: Token, sender: Pubkey, recipient: Pubkey, units: int, blockhash: Hash
+) -> Message:
+    """The unsigned message: what the signer signs, with the blockhash that dates it."""
     instructions = transfer_instructions(
-        token=token, sender=sender.pubkey(), recipient=recipient, units=units
+        token=token, sender=sender, recipient=recipient, units=units
     )
-    tx = Transaction([sender], Message(instructions, sender.pubkey()), blockhash)
-    return SignedTransfer(
-        signature=str(tx.signatures[0]),
-        raw_base64=base64.b64encode(bytes(tx)).decode(),
-        blockhash=str(blockhash),
-        last_valid_block_height=last_valid_block_height,
-    )
+    return Message.new_with_blockhash(instructions, sender, blockhash)
 
 
-def decode(signed: SignedTransfer) -> VersionedTransaction:
-    return VersionedTransaction.from_bytes(signed.raw)
+def message_base64(message: Message) -> str:
+    return base64.b64encode(bytes(message)).decode()
