@@ -6,6 +6,8 @@ Errors come back in three kinds the executors can act on:
 
 - ``RpcUnavailable``: the node did not answer (refused, timed out, broken). Whether a
   ``sendTransaction`` that timed out was taken is unknown: the signature tells later.
+  (solana-py itself sends once more after a transport error: harmless, the same bytes have
+  one signature and land at most once.)
 - ``BlockhashNotFound``: preflight refused the blockhash (unknown to the node at the
   preflight commitment, or expired): that transaction can never land through this node.
 - ``TransactionRefused``: preflight refused the transaction itself (insufficient funds, a
