@@ -37,6 +37,7 @@ class Seen:
     final_height: int
     blockhash_valid: bool
     last_valid_block_height: int
+    confirmations: int | None = None  # slots since it landed; None once finalized
 
 
 def fate(seen: Seen, *, wanted: str) -> Fate:

@@ -155,12 +155,19 @@ def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransactio
     status = rpc.status(record.tx_hash)
     last_valid = int(record.unsigned["last_valid_block_height"])
     if status is not None:
-        level = str(status.confirmation_status).rsplit(".", 1)[-1].lower()
         err = None if status.err is None else str(status.err)
-        return Seen(status.slot, level, err, 0, True, last_valid)
+        return Seen(status.slot, _level(status), err, 0, True, last_valid, status.confirmations)
     final_height = rpc.block_height(chain.final_commitment)
     valid = rpc.blockhash_valid(record.unsigned["blockhash"], chain.final_commitment)
     return Seen(None, None, None, final_height, valid, last_valid)
+
+
+def _level(status) -> str:
+    """processed / confirmed / finalized. A node too old to say counts by confirmations
+    (None means finalized, as the RPC documents)."""
+    if status.confirmation_status is not None:
+        return str(status.confirmation_status).rsplit(".", 1)[-1].lower()
+    return "finalized" if status.confirmations is None else "processed"
 
 
 def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTransaction:
@@ -185,9 +192,9 @@ def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTra
         record = _move(record, S.CONFIRMED, evidence, fields)
     if settled_state != S.CONFIRMED and record.state == S.CONFIRMED:
         record = _move(record, settled_state, evidence)
-    if record.state == S.CONFIRMED:
+    if record.state == S.CONFIRMED and seen.confirmations is not None:
         chain_transaction_count_confirmations(
-            chain_transaction_id=record.pk, confirmations=1 if seen.level == "confirmed" else 0
+            chain_transaction_id=record.pk, confirmations=seen.confirmations
         )
     return record
 

@@ -51,7 +51,7 @@ def _preflight_error(exc: RPCException) -> Exception:
     """The typed error for a refused sendTransaction (the node's message kept)."""
     parsed = exc.args[0] if exc.args else None
     data = getattr(parsed, "data", None)
-    err = getattr(getattr(data, "err", None), "err", getattr(data, "err", None))
+    err = getattr(data, "err", None)
     message = getattr(parsed, "message", str(exc))
     if err == TransactionErrorFieldless.BlockhashNotFound or "Blockhash not found" in message:
         return BlockhashNotFound(message)
