@@ -87,9 +87,15 @@ class SolanaTransfer(Executor):
         transfer = _from_ctx(ctx)
         record = records.latest_transaction(ctx.node_id)
         try:
-            if record is None:
+            if record is None or record.state in (TxState.FAILED, TxState.EXPIRED):
+                # First attempt, or a new one after an operator's retry of a transfer whose
+                # last transaction can never land: a new transaction.
                 record = records.sign_new_transaction(
-                    _rpc(transfer.chain), transfer, request_id=ctx.request_id, node_id=ctx.node_id
+                    _rpc(transfer.chain),
+                    transfer,
+                    request_id=ctx.request_id,
+                    node_id=ctx.node_id,
+                    replaces=record,
                 )
             elif record.state == TxState.CREATED:
                 # A worker died between building and signing: the record is signed as it is.
@@ -98,8 +104,9 @@ class SolanaTransfer(Executor):
             raise TransientError(str(exc)) from None
         except ImproperlyConfigured as exc:
             raise DeterministicError(str(exc)) from None
-        # A record signed earlier (its payload not persisted before a worker died) is re-used:
-        # nothing of it was sent, and one record per attempt keeps the history plain.
+        # Any other record is re-used as it is: signed and never sent (a worker died before
+        # the payload was persisted), or sent and possibly landing — re-sending its bytes is
+        # safe, a second transaction would not be.
         signed = records.signed_transfer(record)
         return Signed(signed.to_payload(), {"signature": signed.signature})
 
@@ -149,9 +156,15 @@ class SolanaTransfer(Executor):
         chain = transfer.chain
         rpc = _rpc(chain)
         record = records.latest_transaction(ctx.node_id)
-        if record is None or not record.tx_hash:
-            raise TransientError("no signed transaction recorded for this node yet")
+        if record is None:
+            raise TransientError("no transaction recorded for this node yet")
         try:
+            if record.state in (TxState.CREATED, TxState.EXPIRED):
+                # A worker died after proving the last one dead and before its replacement
+                # was signed or sent: finish that first.
+                return Fate.PENDING, self._carry_on(ctx, rpc, transfer, record)
+            if record.state == TxState.FAILED:
+                return Fate.FAILED, {"signature": record.tx_hash, "failed": "recorded"}
             seen = records.read_chain(rpc, chain, record)
             record = records.record_seen(record, seen, final=chain.final_commitment)
             state = fate(seen, wanted=chain.landed_commitment)
@@ -161,7 +174,12 @@ class SolanaTransfer(Executor):
             elif state == Fate.PENDING:
                 self._resend(rpc, chain, record)
             elif state == Fate.EXPIRED:
-                detail = self._replace(ctx, rpc, transfer, record, seen)
+                expired = records.mark_expired(record, seen)
+                detail = {
+                    **self._carry_on(ctx, rpc, transfer, expired),
+                    "expired_at_height": seen.final_height,
+                    "last_valid_block_height": seen.last_valid_block_height,
+                }
                 state = Fate.PENDING
         except RpcUnavailable as exc:
             raise TransientError(str(exc)) from None
@@ -179,19 +197,21 @@ class SolanaTransfer(Executor):
         with suppress(BlockhashNotFound, TransactionRefused):
             rpc.send(raw, preflight_commitment=chain.blockhash_commitment)
 
-    def _replace(self, ctx, rpc, transfer, old, seen: Seen) -> dict[str, Any]:
-        """``old`` is proven dead: record it EXPIRED, then sign, store and send a new
-        transaction on a fresh blockhash."""
-        records.mark_expired(old, seen)
-        new = records.sign_new_transaction(
-            rpc, transfer, request_id=ctx.request_id, node_id=ctx.node_id, replaces=old
-        )
-        detail: dict[str, Any] = {
-            "signature": new.tx_hash,
-            "expired": old.tx_hash,
-            "expired_at_height": seen.final_height,
-            "last_valid_block_height": seen.last_valid_block_height,
-        }
+    def _carry_on(self, ctx, rpc, transfer, last) -> dict[str, Any]:
+        """The transfer continues in a new transaction: ``last`` is EXPIRED (proven dead, so
+        a new one on a fresh blockhash is signed and stored) or CREATED (such a new one that a
+        worker built and did not sign). Then it is sent."""
+        if last.state == TxState.EXPIRED:
+            expired = last
+            new = records.sign_new_transaction(
+                rpc, transfer, request_id=ctx.request_id, node_id=ctx.node_id, replaces=last
+            )
+        else:
+            expired = last.replaces
+            new = records.sign_record(transfer.chain, transfer.account, last)
+        detail: dict[str, Any] = {"signature": new.tx_hash}
+        if expired is not None:
+            detail["expired"] = expired.tx_hash
         expiries = records.expired_count(ctx.node_id)
         if expiries >= EXPIRIES_BEFORE_ATTENTION:
             detail["attention"] = {

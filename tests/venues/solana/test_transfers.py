@@ -197,3 +197,30 @@ def test_the_signing_key_never_reaches_the_database_or_the_events(solana, make_m
     for text in texts:
         assert str(list(secret)) not in text
         assert str(solana.treasury) not in text
+
+
+def test_a_node_that_fails_right_after_recording_the_expiry_carries_on_with_one_new_transaction(
+    solana, make_movement
+):
+    recipient = Keypair().pubkey()
+    solana.node.drop_next()
+    movement = transfer(make_movement, asset="SOL", amount="1", to=recipient)
+    for _ in range(4):
+        run_workers_once()
+        solana.node.advance(1)
+    first = ChainTransaction.objects.get(movement=movement)
+    solana.node.expire_blockhashes()
+    # The fresh blockhash for the replacement cannot be had: the client (2 s) gives up twice.
+    solana.node.slow(3, method="getLatestBlockhash", times=2)
+
+    run_workers_once()
+    first.refresh_from_db()
+    assert first.state == "EXPIRED"
+    assert ChainTransaction.objects.filter(movement=movement).count() == 1
+
+    movement = drive(movement, solana.node)
+
+    assert movement.request_state == "COMPLETED"
+    second = ChainTransaction.objects.exclude(pk=first.pk).get(movement=movement)
+    assert (second.replaces_id, second.state) == (first.pk, "FINALIZED")
+    assert balance(solana.node, recipient) == lamports("1")
