@@ -354,3 +354,20 @@ def test_the_child_process_serves_the_same_protocol():
         assert balance(node, recipient) == 3_133_700
 
     assert process.poll() is not None
+
+
+def test_account_info_rent_and_airdrop_answer_in_the_real_shapes(node):
+    owner = Keypair()
+    mint = Pubkey.from_string(node.create_mint(decimals=6))
+    rent = rpc(node, lambda c: c.get_minimum_balance_for_rent_exemption(82)).value
+
+    airdropped = rpc(node, lambda c: c.request_airdrop(owner.pubkey(), 3 * SOL)).value
+    mint_info = rpc(node, lambda c: c.get_account_info(mint)).value
+    missing = rpc(node, lambda c: c.get_account_info(Keypair().pubkey())).value
+
+    assert airdropped is not None
+    assert balance(node, owner.pubkey()) == 3 * SOL
+    assert mint_info.owner == TOKEN_PROGRAM_ID
+    assert len(mint_info.data) == 82 and mint_info.data[44] == 6
+    assert mint_info.lamports == rent
+    assert missing is None

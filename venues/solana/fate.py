@@ -38,6 +38,7 @@ class Seen:
     blockhash_valid: bool
     last_valid_block_height: int
     confirmations: int | None = None  # slots since it landed; None once finalized
+    fee: int | None = None  # lamports paid, once read (confirmed)
 
 
 def fate(seen: Seen, *, wanted: str) -> Fate:

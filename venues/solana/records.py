@@ -156,7 +156,12 @@ def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransactio
     last_valid = int(record.unsigned["last_valid_block_height"])
     if status is not None:
         err = None if status.err is None else str(status.err)
-        return Seen(status.slot, _level(status), err, 0, True, last_valid, status.confirmations)
+        level = _level(status)
+        # The fee is money too: read once, when the transaction is deep enough to be fetched.
+        fee = None
+        if record.fee_paid is None and level != "processed":
+            fee = rpc.fee(record.tx_hash)
+        return Seen(status.slot, level, err, 0, True, last_valid, status.confirmations, fee)
     final_height = rpc.block_height(chain.final_commitment)
     valid = rpc.blockhash_valid(record.unsigned["blockhash"], chain.final_commitment)
     return Seen(None, None, None, final_height, valid, last_valid)
@@ -195,6 +200,13 @@ def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTra
     if record.state == S.CONFIRMED and seen.confirmations is not None:
         chain_transaction_count_confirmations(
             chain_transaction_id=record.pk, confirmations=seen.confirmations
+        )
+    if seen.fee is not None and record.fee_paid is None:
+        record = chain_transaction_record(
+            chain_transaction_id=record.pk,
+            actor=ACTOR,
+            evidence={"fee_lamports": seen.fee},
+            fields={"fee_paid": seen.fee},
         )
     return record
 

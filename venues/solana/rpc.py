@@ -91,6 +91,17 @@ class SolanaRpcClient:
         sig = Signature.from_string(signature)
         return self._run(lambda c: c.get_signature_statuses([sig], True)).value[0]
 
+    def fee(self, signature: str) -> int | None:
+        """Lamports the transaction paid, once it is confirmed (None before)."""
+        sig = Signature.from_string(signature)
+        found = self._run(
+            lambda c: c.get_transaction(
+                sig, "base64", commitment="confirmed", max_supported_transaction_version=0
+            )
+        ).value
+        meta = found.transaction.meta if found is not None else None
+        return None if meta is None else meta.fee
+
     def block_height(self, commitment: str) -> int:
         return self._run(lambda c: c.get_block_height(commitment)).value
 

@@ -51,6 +51,7 @@ def test_a_sol_transfer_lands_once_and_completes_at_finality(solana, make_moveme
     assert before - balance(solana.node, solana.treasury.pubkey()) == lamports("1.25") + FEE
     [record] = ChainTransaction.objects.filter(movement=movement)
     assert record.state == "FINALIZED"
+    assert record.fee_paid == FEE
     assert movement.nodes.get(node_key="transfer").external_ref == record.tx_hash
     assert record.events.order_by("id").first().to_state == "CREATED"
 
