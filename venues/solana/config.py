@@ -4,7 +4,7 @@
 chains:
   solana:
     kind: solana
-    rpc_url: {env: QTG_SOLANA_RPC_URL}      # where the URL is, not the URL
+    rpc_url_env: QTG_SOLANA_RPC_URL         # the URL is in this env variable (as for EVM)
     commitment:
       blockhash: confirmed    # getLatestBlockhash and preflight
       landed: confirmed       # the transfer node completes once its transaction is this deep
@@ -21,6 +21,7 @@ A malformed entry is a configuration error at first use, naming the entry; nothi
 half-understood policy.
 """
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ class Account:
 @dataclass(frozen=True)
 class SolanaChain:
     name: str
-    rpc_url_ref: dict[str, Any]
+    rpc_url_env: str
     blockhash_commitment: str
     landed_commitment: str
     final_commitment: str
@@ -67,7 +68,12 @@ class SolanaChain:
 
     @property
     def rpc_url(self) -> str:
-        return conf.secret(self.rpc_url_ref, what=f"chains.{self.name}.rpc_url")
+        url = os.environ.get(self.rpc_url_env, "")
+        if not url:
+            raise ImproperlyConfigured(
+                f"chain {self.name}: environment variable {self.rpc_url_env} (its RPC URL) is empty"
+            )
+        return url
 
     def token(self, asset: str) -> Token:
         try:
@@ -116,9 +122,9 @@ def parse_chain(name: str, entry: dict[str, Any]) -> SolanaChain:
     landed = _commitment(name, commitment, "landed", "confirmed")
     if COMMITMENTS.index(landed) > COMMITMENTS.index(final):
         raise _fail(name, "commitment.landed cannot be deeper than commitment.final")
-    rpc_url = entry.get("rpc_url")
-    if not isinstance(rpc_url, dict):
-        raise _fail(name, "rpc_url must name an env var or a file ({env: NAME})")
+    rpc_url_env = entry.get("rpc_url_env")
+    if not isinstance(rpc_url_env, str) or not rpc_url_env:
+        raise _fail(name, "rpc_url_env must name the env variable that holds the RPC URL")
     tokens: dict[str, Token] = {}
     for asset, spec in (entry.get("tokens") or {}).items():
         asset = str(asset).upper()
@@ -141,7 +147,7 @@ def parse_chain(name: str, entry: dict[str, Any]) -> SolanaChain:
         accounts[str(account)] = Account(str(account), address, spec["key"])
     return SolanaChain(
         name=name,
-        rpc_url_ref=rpc_url,
+        rpc_url_env=rpc_url_env,
         blockhash_commitment=_commitment(name, commitment, "blockhash", "confirmed"),
         landed_commitment=landed,
         final_commitment=final,

@@ -83,7 +83,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[subprocess.Popen]:
         path, config = _chains_file(env, var_dir)
         config["chains"]["solana"] = {
             "kind": "solana",
-            "rpc_url": {"env": "QTG_SOLANA_RPC_URL"},
+            "rpc_url_env": "QTG_SOLANA_RPC_URL",
             "commitment": {"blockhash": "confirmed", "landed": "confirmed", "final": "finalized"},
             "tokens": {"SOL": {"decimals": 9}, "USDC": {"mint": mint, "decimals": 6}},
             "accounts": {

@@ -49,7 +49,7 @@ def chains_config(mint: str, treasury: Keypair, **commitment) -> dict:
         "chains": {
             "solana": {
                 "kind": "solana",
-                "rpc_url": {"env": URL_ENV},
+                "rpc_url_env": URL_ENV,
                 "rpc_timeout_seconds": 2,
                 "commitment": {
                     "blockhash": "confirmed",

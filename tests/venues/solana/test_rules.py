@@ -74,7 +74,7 @@ def test_amounts_that_cannot_be_moved_exactly_are_refused(amount, decimals, prob
 def entry(**overrides):
     base = {
         "kind": "solana",
-        "rpc_url": {"env": "X"},
+        "rpc_url_env": "X",
         "tokens": {"SOL": {"decimals": 9}, "USDC": {"mint": MINT, "decimals": 6}},
         "accounts": {"t": {"address": str(Keypair().pubkey()), "key": {"env": "K"}}},
     }
@@ -100,7 +100,7 @@ def test_the_reviewed_config_gives_commitments_tokens_and_accounts():
         ({"commitment": {"landed": "finalized", "final": "confirmed"}}, "deeper"),
         ({"tokens": {"SOL": {"decimals": 9, "mint": MINT}}}, "native"),
         ({"tokens": {"USDC": {"decimals": 6}}}, "needs its mint"),
-        ({"rpc_url": "http://in-the-file"}, "rpc_url"),
+        ({"rpc_url_env": {"env": "X"}}, "rpc_url_env"),
         ({"accounts": {"t": {"address": "nope", "key": {"env": "K"}}}}, "public key"),
     ],
 )
