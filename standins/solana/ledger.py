@@ -281,6 +281,10 @@ class Ledger:
             account = self.svm.get_account(pubkey)
             return None if account is None or account.lamports == 0 else account
 
+    def rent_exempt_minimum(self, size: int) -> int:
+        with self._lock:
+            return self.svm.minimum_balance_for_rent_exemption(size)
+
     def token_account(self, pubkey: Pubkey) -> tuple[Pubkey, Pubkey, int, int] | None:
         """(mint, owner, amount, decimals) of an SPL token account, or None."""
         with self._lock:

@@ -304,7 +304,7 @@ class SolanaRpc:
         size = _arg(params, 0, "data length")
         if not isinstance(size, int) or size < 0:
             raise RpcError(INVALID_PARAMS, "Invalid param: data length")
-        return self.ledger.svm.minimum_balance_for_rent_exemption(size)
+        return self.ledger.rent_exempt_minimum(size)
 
     def request_airdrop(self, params: list) -> object:
         pubkey = _pubkey(_arg(params, 0, "pubkey"))

@@ -6,6 +6,7 @@ from solders.keypair import Keypair
 from solders.pubkey import Pubkey
 from spl.token.instructions import get_associated_token_address
 
+from movements.models import MovementAttention
 from tests.execution.conftest import run_workers_once
 from venues.models import ChainTransaction
 
@@ -225,3 +226,29 @@ def test_a_node_that_fails_right_after_recording_the_expiry_carries_on_with_one_
     second = ChainTransaction.objects.exclude(pk=first.pk).get(movement=movement)
     assert (second.replaces_id, second.state) == (first.pk, "FINALIZED")
     assert balance(solana.node, recipient) == lamports("1")
+
+
+def test_transactions_that_keep_expiring_ask_an_operator_to_look_and_the_transfer_goes_on(
+    solana, make_movement
+):
+    recipient = Keypair().pubkey()
+    solana.node.drop_next(count=3)
+    movement = transfer(make_movement, asset="SOL", amount="0.2", to=recipient)
+    for _ in range(3):
+        for _ in range(3):
+            run_workers_once()
+            solana.node.advance(1)
+        solana.node.expire_blockhashes()
+
+    movement = drive(movement, solana.node)
+
+    assert movement.request_state == "COMPLETED"
+    states = list(
+        ChainTransaction.objects.filter(movement=movement)
+        .order_by("id")
+        .values_list("state", flat=True)
+    )
+    assert states == ["EXPIRED", "EXPIRED", "EXPIRED", "FINALIZED"]
+    [attention] = MovementAttention.objects.filter(request=movement, reason="expired")
+    assert "3 transactions" in attention.message
+    assert balance(solana.node, recipient) == lamports("0.2")
