@@ -252,3 +252,18 @@ def test_transactions_that_keep_expiring_ask_an_operator_to_look_and_the_transfe
     [attention] = MovementAttention.objects.filter(request=movement, reason="expired")
     assert "3 transactions" in attention.message
     assert balance(solana.node, recipient) == lamports("0.2")
+
+
+def test_a_transfer_the_treasury_cannot_pay_fails_at_preflight_with_nothing_sent(
+    solana, make_movement
+):
+    recipient = Keypair().pubkey()
+
+    movement = drive(transfer(make_movement, asset="SOL", amount="25", to=recipient), solana.node)
+
+    assert movement.request_state == "FAILED"
+    [record] = ChainTransaction.objects.filter(movement=movement)
+    assert record.state == "FAILED"
+    assert "refused" in record.events.get(to_state="FAILED").evidence
+    assert record.tx_hash not in solana.node.state()["sends"]
+    assert balance(solana.node, recipient) == 0
