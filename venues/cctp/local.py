@@ -10,7 +10,9 @@ starts the Iris stand-in (``python -m standins.iris``) watching both chains with
 attester key, and writes the chain configuration (the EVM adapter's file, else
 ``var_dir/chains.yaml``) with each chain's ``cctp`` block and ``iris_url_env``. On
 ``devchain-b`` the account ``relayer`` submits mints and ``vault`` (no key) receives the
-demo's. The dev accounts' keys are anvil's well-known public ones: local use only.
+demo's. Nonce cursors and in-flight transactions an earlier run left for these chain names
+are forgotten (the chains are new, the database is not). The dev accounts' keys are anvil's
+well-known public ones: local use only.
 """
 
 from __future__ import annotations
@@ -74,6 +76,36 @@ def _running(config: dict[str, Any], env: dict[str, str], chain_id: int) -> tupl
     return "", ""
 
 
+def _forget_old_chains(names: list[str]) -> None:
+    """The local chains are new on every run, the database is not: what QTG remembers of the
+    chains of an earlier run under these names (nonce cursors, transactions still in flight)
+    is about chains that are gone. Cursors are dropped (the next nonce is read from the new
+    chain) and those transactions are closed with that evidence, through the transaction
+    service (DROPPED where the table allows it, else FAILED)."""
+    from qtg.core.actors import Actor
+    from venues.models import (
+        LIVE_TX_STATES,
+        ChainTransaction,
+        NonceCursor,
+        TxState,
+        can_transition_tx_state,
+    )
+    from venues.transactions import chain_transaction_transition
+
+    NonceCursor.objects.filter(chain__in=names).delete()
+    stale = ChainTransaction.objects.filter(
+        chain__in=names, state__in=[*LIVE_TX_STATES, TxState.CREATED]
+    )
+    for tx in stale:
+        target = TxState.DROPPED if can_transition_tx_state(tx.state, TxState.DROPPED) else None
+        chain_transaction_transition(
+            chain_transaction_id=tx.pk,
+            to_state=target or TxState.FAILED,
+            actor=Actor.system("venues.cctp.local"),
+            evidence={"finding": "the local devchain of an earlier run is gone"},
+        )
+
+
 def _wait_healthy(url: str, process: Popen[Any], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -129,6 +161,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
             deployed[name] = (spec, domain, url)
         (source_name, (_, a, _)), (_, (_, b, _)) = deployed.items()
         link(a, b)
+        _forget_old_chains(list(deployed))
 
         for name, (spec, domain, _) in deployed.items():
             entry = config["chains"][name]

@@ -17,7 +17,7 @@ from venues.cctp import config as cctp_config
 from venues.cctp import local
 from venues.ethlib import Web3
 
-pytestmark = [pytest.mark.devchain, pytest.mark.standin]
+pytestmark = [pytest.mark.devchain, pytest.mark.standin, pytest.mark.django_db]
 
 
 @pytest.fixture
@@ -93,7 +93,20 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
 
 
 def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
+    from qtg.core.actors import Actor
     from venues.evm import local as evm_local
+    from venues.models import ChainTransaction, NonceCursor, TxState
+    from venues.transactions import chain_transaction_create
+
+    # What an earlier run (other chains under the same names) left in the database.
+    NonceCursor.objects.create(chain="devchain", sender=dev_accounts()[1].address, next_nonce=7)
+    old = chain_transaction_create(
+        chain="devchain-b",
+        sender=dev_accounts()[3].address,
+        nonce=4,
+        unsigned={},
+        actor=Actor.system("tests"),
+    )
 
     env: dict[str, str] = {}
     processes = evm_local.start(env, tmp_path)
@@ -111,5 +124,10 @@ def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
         assert devchain["tokens"]["USDC"] == evm_usdc  # the EVM demo's token is kept
         assert devchain["cctp"]["domain"] == 0
         assert env["QTG_DEVCHAIN_RPC_URL"] and env["QTG_DEVCHAIN_B_RPC_URL"]
+        assert not NonceCursor.objects.filter(chain="devchain", next_nonce=7).exists()
+        old.refresh_from_db()
+        assert old.state == TxState.FAILED  # CREATED cannot be DROPPED: closed with evidence
+        assert "earlier run" in old.events.last().evidence["finding"]
+        assert ChainTransaction.objects.filter(state=TxState.CREATED).count() == 0
     finally:
         venues_local.stop(processes)
