@@ -170,7 +170,7 @@ class CexWithdraw(Executor):
                 f"{acct.exchange} told this key to wait: {blocked:.0f}s left",
                 retry_after=blocked,
             )
-        venue.ensure_available(acct)
+        checked = venue.preflight(acct, ctx.asset, plan["amount"])
         if acct.kind == "upbit":
             twin = journal.unresolved_twin(
                 client_id=ctx.idempotency_key,
@@ -193,6 +193,7 @@ class CexWithdraw(Executor):
                 "network_id": plan["network_id"],
                 "address": plan["address"],
                 "amount": plain(plan["amount"]),
+                **checked,
             }
         )
 

@@ -26,17 +26,22 @@ def ask(account: ExchangeAccount, phase: str, call: Callable[[Any], T]) -> T:
         raise translate(exc, phase=phase, secrets=secrets_of(account)) from None
 
 
-def ensure_available(account: ExchangeAccount) -> dict[str, Any]:
-    """The exchange's word that it is up (Binance's system status; Upbit has no such
-    endpoint: loading its markets must succeed). Markets loaded also prove the keys sign."""
+def preflight(account: ExchangeAccount, coin: str, amount: Decimal) -> dict[str, Any]:
+    """Before a withdrawal: the exchange is up (Binance's system status; Upbit has none),
+    the keys sign (a private read: the exchange checks the signature), and the account holds
+    the amount. A shortfall is refused here, before anything is sent."""
 
     def check(exchange: Any) -> dict[str, Any]:
-        if exchange.has.get("fetchStatus") and account.kind == "binance":
+        if account.kind == "binance":
             status = exchange.fetch_status()
             if status.get("status") != "ok":
                 raise ccxt.OnMaintenance(f"{exchange.id} system status: {status.get('status')}")
         exchange.load_markets()
-        return {"exchange_status": "ok"}
+        balance = exchange.fetch_balance()
+        free = records.decimal((balance.get(coin) or {}).get("free"))
+        if free < amount:
+            raise ccxt.InsufficientFunds(f"{coin} balance {free} is less than {amount}")
+        return {"free_balance": plain(free)}
 
     return ask(account, "prepare", check)
 

@@ -27,7 +27,7 @@ SECRETS = {
 }
 BALANCES = {"USDT": "1000", "USDC": "1000", "ETH": "10"}
 # How long the local exchange's histories may lag, as configured for the accounts.
-VISIBILITY_SECONDS = 3
+VISIBILITY_SECONDS = 6
 
 
 def env_name(venue: str, what: str) -> str:

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.execution.conftest import assert_history_replays, node_path
+from tests.execution.conftest import assert_history_replays
 from tests.movements.drive import node
 from tests.venues.cex.conftest import create, drive, story, withdrawals
 
