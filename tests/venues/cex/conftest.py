@@ -132,11 +132,11 @@ def drive(
     during=None,
 ) -> MovementRequest:
     """Run the workers' sweeps (and, with ``deliver``, the chain between the exchanges) until
-    the movement reaches a state in ``until``."""
+    the movement reaches a state in ``until`` (or ``until(request)`` holds)."""
     deadline = time.monotonic() + timeout
     while True:
         request.refresh_from_db()
-        if request.request_state in until:
+        if until(request) if callable(until) else request.request_state in until:
             return request
         if time.monotonic() > deadline:
             states = dict(request.nodes.values_list("node_key", "node_state"))
