@@ -2,6 +2,7 @@
 asked less the fee the source exchange took) and, where the exchange reports it, address.
 The test plays the chain: it settles the withdrawal and credits deposits by hand."""
 
+import contextlib
 from decimal import Decimal
 
 import pytest
@@ -29,12 +30,10 @@ def broadcast(exchange, request, kind, account):
 
 def watch(request, seconds=2.0):
     """Let the deposit observer look for ``seconds``: it must not finish."""
-    try:
+    with contextlib.suppress(AssertionError):
         drive(
             request, until=lambda r: r.request_state == "COMPLETED", deliver=False, timeout=seconds
         )
-    except AssertionError:
-        pass
     request.refresh_from_db()
     return request
 
