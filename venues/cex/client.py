@@ -82,6 +82,10 @@ def _budgeted(base: type) -> type:
             try:
                 return super().fetch(url, method, headers, body)
             except (ccxt.DDoSProtection, ccxt.RateLimitExceeded) as exc:
+                if "-2015" in str(exc):
+                    # ccxt reads Binance's "invalid API key, IP or permissions" as a rate
+                    # limit once the instance has made a private call: it is a refusal.
+                    raise ccxt.PermissionDenied(str(exc)) from None
                 seconds = _retry_after(self, DEFAULT_BACKOFF_SECONDS)
                 banned = "418" in str(exc)
                 ratelimit.block(

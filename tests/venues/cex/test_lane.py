@@ -30,3 +30,29 @@ def test_a_movement_between_two_exchanges_completes_with_one_withdrawal(
     assert Decimal(deposit["amount"]) == Decimal(sent["sent"])
     assert deposit["txid"] == sent["txid"]
     assert_history_replays(request)
+
+
+def test_a_split_withdrawal_from_both_exchanges_completes_when_both_deposits_match(
+    exchange, creator
+):
+    request = drive(
+        create(
+            creator,
+            template="split_withdraw",
+            source="binance-sender",
+            destination="binance-receiver",
+            amount="50",
+            params={"second_source": "upbit-sender"},
+        ),
+        exchange,
+    )
+
+    assert request.request_state == "COMPLETED", story(request)
+    [from_binance] = withdrawals(exchange, "binance", "sender")
+    [from_upbit] = withdrawals(exchange, "upbit", "sender")
+    assert Decimal(from_binance["amount"]) + Decimal(from_upbit["amount"]) == Decimal("50")
+    credited = node(request, "deposit_observe").result["deposits"]
+    assert set(credited) == {from_binance["txid"], from_upbit["txid"]}
+    # Binance sent its half less its fee; Upbit sent its half whole (its fee on top).
+    assert credited[from_binance["txid"]]["deposit"]["amount"] == "24"
+    assert credited[from_upbit["txid"]]["deposit"]["amount"] == "25"
