@@ -51,6 +51,7 @@ def _two_providers() -> ExecutorRegistry:
 
 def test_a_name_two_apps_provide_is_refused_until_the_deployment_chooses(settings):
     settings.QTG_EXECUTORS = {}
+    settings.QTG_EXECUTOR_DEFAULT_PROVIDER = ""  # no QTG_VENUES default either
     registry = _two_providers()
 
     with pytest.raises(ImproperlyConfigured, match="choose one in QTG_EXECUTORS"):
