@@ -18,12 +18,13 @@ apart: ``prepare`` holds a withdrawal back (TransientError) while another of the
 (account, currency, network, amount) has an unknown outcome.
 """
 
-import logging
+import time
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from movements.executors.base import (
     AmbiguousError,
@@ -47,8 +48,6 @@ from venues.cex.client import secrets_of
 from venues.cex.config import ExchangeAccount, account, is_account, plain
 from venues.cex.errors import scrub
 from venues.cex.records import Record
-
-log = logging.getLogger(__name__)
 
 PROVIDER = "venues"
 # The smallest unit an amount is split into (an 18-decimal token's).
@@ -164,7 +163,10 @@ class CexWithdraw(Executor):
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         plan = self._plan(ctx)
         acct: ExchangeAccount = plan["account"]
-        credential = f"{acct.kind}:{acct.credentials().fingerprint}"
+        try:
+            credential = f"{acct.kind}:{acct.credentials().fingerprint}"
+        except ImproperlyConfigured as exc:
+            raise DeterministicError(f"exchange account {acct.name}: {exc}") from None
         if (blocked := ratelimit.blocked_for(credential)) > 0:
             raise TransientError(
                 f"{acct.exchange} told this key to wait: {blocked:.0f}s left",
@@ -219,6 +221,8 @@ class CexWithdraw(Executor):
                 f"{exc}: not sent again, recovery asks the exchange",
                 evidence={"client_id": ctx.idempotency_key, "journal_state": exc.row.state},
             ) from None
+        if acct.kind == "upbit":
+            self._wait_for_twins(row)
         try:
             withdrawal_id = venue.withdraw(
                 acct,
@@ -251,6 +255,32 @@ class CexWithdraw(Executor):
                 "amount": plain(plan["amount"]),
             },
         )
+
+    @staticmethod
+    def _wait_for_twins(row: Any) -> None:
+        """Two withdrawals of the same amount may both have passed ``prepare``'s check: the
+        later journal row waits (bounded) while the earlier one is being sent; if the earlier
+        one's outcome is unknown, the later is not sent at all (FAILED, nothing moved)."""
+        deadline = time.monotonic() + _submit_budget()
+        while (
+            twin := journal.unresolved_twin(
+                client_id=row.client_id,
+                exchange=row.exchange,
+                account=row.account,
+                coin=row.coin,
+                network=row.network,
+                amount=row.amount,
+                before=row,
+            )
+        ) is not None:
+            if twin.state != journal.State.SENDING or time.monotonic() >= deadline:
+                message = (
+                    f"not sent: withdrawal {twin.client_id} of the same amount still has an "
+                    "unknown outcome, and Upbit's history could not tell the two apart"
+                )
+                journal.withdrawal_answered(row, state=journal.State.REFUSED, error=message)
+                raise DeterministicError(message, evidence={"twin": twin.client_id})
+            time.sleep(0.2)
 
     def recover(self, ctx: ExecutionContext) -> Recovery:
         acct = _account(ctx.config.get("venue", ""), role="source")

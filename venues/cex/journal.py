@@ -63,23 +63,29 @@ def withdrawal_answered(
 
 
 def unresolved_twin(
-    *, client_id: str, exchange: str, account: str, coin: str, network: str, amount: Decimal
+    *,
+    client_id: str,
+    exchange: str,
+    account: str,
+    coin: str,
+    network: str,
+    amount: Decimal,
+    before: CexWithdrawal | None = None,
 ) -> CexWithdrawal | None:
-    """Another withdrawal of the same amount from the same account whose outcome is not known:
-    on an exchange without client ids, recovery could not tell the two apart."""
-    return (
-        CexWithdrawal.objects.filter(
-            exchange=exchange,
-            account=account,
-            coin=coin,
-            network=network,
-            amount=amount,
-            state__in=CexWithdrawal.UNRESOLVED,
-        )
-        .exclude(client_id=client_id)
-        .order_by("started_at")
-        .first()
-    )
+    """Another withdrawal of the same amount from the same account whose outcome is not known
+    (journaled before ``before``, when given): on an exchange without client ids, recovery
+    could not tell the two apart."""
+    twins = CexWithdrawal.objects.filter(
+        exchange=exchange,
+        account=account,
+        coin=coin,
+        network=network,
+        amount=amount,
+        state__in=CexWithdrawal.UNRESOLVED,
+    ).exclude(client_id=client_id)
+    if before is not None:
+        twins = twins.filter(pk__lt=before.pk)
+    return twins.order_by("pk").first()
 
 
 def claimed_ids(*, exchange: str, account: str, since: datetime, client_id: str) -> set[str]:

@@ -162,3 +162,30 @@ def test_maintenance_is_waited_out_and_the_movement_completes(
     assert retried.count() >= 2
     assert all("unavailable" in e.detail["error"] for e in retried)
     assert len(withdrawals(exchange, kind, account)) == 1
+
+
+def test_upbit_holds_a_second_withdrawal_of_the_same_amount_while_the_first_is_unknown(
+    exchange, creator
+):
+    # Upbit has no client id and its records no address: two withdrawals of 25 USDT from one
+    # account in flight with unknown outcomes could not be told apart in its history.
+    exchange.configure("upbit", withdrawal_visibility_seconds=3)
+    exchange.add_fault(
+        "upbit", "timeout_after_accept", endpoint="withdraw", times=1, hold_seconds=3
+    )
+    first = create(creator, source="upbit-sender", destination="binance-receiver")
+    drive(first, until=lambda r: node(r, "withdraw").node_state == "UNKNOWN", deliver=False)
+
+    second = create(creator, source="upbit-sender", destination="binance-receiver")
+    first = drive(first, exchange)
+    second = drive(second, exchange)
+
+    assert (first.request_state, second.request_state) == ("COMPLETED", "COMPLETED")
+    held = MovementEvent.objects.filter(
+        request=second, node_key="withdraw", old_state="PREPARING", new_state="READY"
+    )
+    assert any("unknown outcome" in e.detail["error"] for e in held), story(second)
+    sent = withdrawals(exchange, "upbit", "sender")
+    assert len(sent) == 2
+    refs = {node(first, "withdraw").external_ref, node(second, "withdraw").external_ref}
+    assert refs == {w["id"] for w in sent}
