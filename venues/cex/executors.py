@@ -18,6 +18,7 @@ apart: ``prepare`` holds a withdrawal back (TransientError) while another of the
 (account, currency, network, amount) has an unknown outcome.
 """
 
+import re
 import time
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
@@ -50,6 +51,8 @@ from venues.cex.errors import scrub
 from venues.cex.records import Record
 
 PROVIDER = "venues"
+# What an exchange takes as a client withdrawal id (Binance: up to 100 of these characters).
+CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 # The smallest unit an amount is split into (an 18-decimal token's).
 SPLIT_UNIT = Decimal("1e-18")
 # Upbit's history gives whole seconds: a withdrawal created in the second the submit began
@@ -202,8 +205,11 @@ class CexWithdraw(Executor):
     def submit(self, ctx: ExecutionContext) -> Submitted:
         plan = self._plan(ctx)
         acct: ExchangeAccount = plan["account"]
-        if not ctx.idempotency_key:
-            raise DeterministicError("no idempotency key: a withdrawal is never sent without one")
+        if not CLIENT_ID.fullmatch(ctx.idempotency_key or ""):
+            # Binance signs the withdraw body as sent, unencoded: keep the id to safe bytes.
+            raise DeterministicError(
+                f"idempotency key {ctx.idempotency_key!r} cannot be a client withdrawal id"
+            )
         try:
             row = journal.withdrawal_begin(
                 client_id=ctx.idempotency_key,
