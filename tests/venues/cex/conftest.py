@@ -100,7 +100,6 @@ def exchange(local_exchange, settings, monkeypatch, tmp_path):
     settings.QTG_RETRY_BASE_SECONDS = 0.05
     settings.QTG_RETRY_MAX_SECONDS = 0.5
     provide_venues(list(ACCOUNTS))
-    local_exchange.config_path = path
     return local_exchange
 
 
