@@ -230,7 +230,7 @@ class CexWithdraw(Executor):
         if acct.kind == "upbit":
             self._wait_for_twins(row)
         try:
-            withdrawal_id = venue.withdraw(
+            withdrawal_id, waits = venue.withdraw(
                 acct,
                 coin=ctx.asset,
                 amount=plan["amount"],
@@ -259,6 +259,7 @@ class CexWithdraw(Executor):
                 "network_id": plan["network_id"],
                 "address": plan["address"],
                 "amount": plain(plan["amount"]),
+                **({"rate_limit_waits": waits} if waits else {}),
             },
         )
 

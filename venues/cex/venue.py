@@ -65,23 +65,26 @@ def withdraw(
     network_id: str,
     client_id: str,
     budget_seconds: float,
-) -> str:
-    """Send the withdrawal; its id. A 429/418 answered to it means the exchange refused before
-    acting: the same request (the same client id) is sent again after the wait it named, for
-    as long as ``budget_seconds`` allows; then the wait is the caller's (TransientError)."""
+) -> tuple[str, int]:
+    """Send the withdrawal; its id, and how many times the exchange said to wait first. A
+    429/418 answered to it means the exchange refused before acting: the same request (the
+    same client id) is sent again after the wait it named, for as long as ``budget_seconds``
+    allows; then the wait is the caller's (TransientError)."""
     params: dict[str, Any] = {"network": network_id}
     if account.kind == "binance":
         params["withdrawOrderId"] = client_id
     exchange = client(account)
     deadline = time.monotonic() + budget_seconds
+    waits = 0
     while True:
         exchange.qtg_max_wait = max(0.0, deadline - time.monotonic())
         try:
             answer = exchange.withdraw(coin, plain(amount), address, params=dict(params))
-            return str(answer.get("id") or (answer.get("info") or {}).get("uuid") or "")
+            return str(answer.get("id") or (answer.get("info") or {}).get("uuid") or ""), waits
         except Exception as exc:
             wait = told_to_wait(exc)
             if wait is not None and time.monotonic() + wait < deadline:
+                waits += 1
                 time.sleep(wait)
                 continue
             raise translate(exc, phase="submit", secrets=secrets_of(account)) from None

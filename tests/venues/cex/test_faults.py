@@ -189,3 +189,24 @@ def test_upbit_holds_a_second_withdrawal_of_the_same_amount_while_the_first_is_u
     assert len(sent) == 2
     refs = {node(first, "withdraw").external_ref, node(second, "withdraw").external_ref}
     assert refs == {w["id"] for w in sent}
+
+
+def test_a_429_answered_to_the_withdrawal_is_waited_out_with_the_same_client_id(exchange, creator):
+    # A worker that has worked before (its client's markets loaded: a fresh client spends
+    # several requests on them), then one signed request per 2 s window: the balance read in
+    # prepare spends it, so the withdrawal right after is told 429 (refused before acting).
+    assert drive(create(creator), exchange).request_state == "COMPLETED"
+    exchange.reset()
+    exchange.configure(
+        "binance", rate_limit={"limit": 1, "window_seconds": 2, "ban_after": 50, "ban_seconds": 60}
+    )
+
+    request = drive(create(creator), exchange, timeout=60)
+
+    assert request.request_state == "COMPLETED", story(request)
+    withdraw = node(request, "withdraw")
+    assert "UNKNOWN" not in node_path(request, "withdraw")
+    assert withdraw.result["rate_limit_waits"] >= 1
+    [sent] = withdrawals(exchange, "binance", "sender")
+    assert sent["client_id"] == withdraw.idempotency_key
+    assert exchange.state("binance")["served_418"] == 0
