@@ -5,7 +5,8 @@ Dependencies between the apps go one way: ``qtg.core`` <- ``movements`` <- ``res
 only this module and, for venue implementations, the executor interface in
 ``movements.executors`` (a test holds every app to it). Movements never imports them.
 
-What movements offers them: the movement model, its terminal states, a way to add a section
+What movements offers them: the movement and node models (a venue's own records point at
+the node attempt that made them), its terminal states, a way to add a section
 to the movement page, the movement as the API shows it (``movement_payload``, what webhooks
 carry), who may see which movements, and the API's shared plumbing (``APIDefaults``,
 ``problem_responses``: authentication, parsers, the problem+json error shape) for the
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from movements.models import MovementRequest
+from movements.models import MovementRequest, MovementRequestNode
 from movements.states import TERMINAL_REQUEST_STATES, RequestState
 
 
@@ -159,6 +160,7 @@ __all__ = [
     "TERMINAL_REQUEST_STATES",
     "CallbackOutbox",
     "MovementRequest",
+    "MovementRequestNode",
     "RequestState",
     "ReservationLedger",
     "add_movement_page_inline",

@@ -5,9 +5,8 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    initial = True
-
     dependencies = [
+        ("venues", "0001_chain_transactions"),
     ]
 
     operations = [
