@@ -7,6 +7,7 @@ worker and beat processes need to ``env``, and returns the processes to stop at 
 """
 
 import logging
+import os
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 
 from django.conf import settings
 
+from qtg.core.venues import provide_venues
+from venues import conf
 from venues.apps import installed_adapters
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,12 @@ def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
     except BaseException:
         stop(started)
         raise
+    # This process reads the configuration the stand-ins wrote too (the demo's movements are
+    # created here; web, worker and beat get it in ``env``), and its accounts are venues.
+    for variable in conf.FILES.values():
+        if env.get(variable):
+            os.environ[variable] = env[variable]
+    provide_venues(conf.account_names())
     return started
 
 

@@ -31,8 +31,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, addr="127.0.0.1:8000", no_seed=False, **options):
         call_command("qtg_prestart")
-        if not no_seed:
-            call_command("seed_demo")
         env = {
             **os.environ,
             "QTG_BIND": addr,
@@ -46,23 +44,29 @@ class Command(BaseCommand):
         if not settings.DB_IS_POSTGRES:
             env.setdefault("QTG_WORKER_POOL", "solo")
             env.setdefault("WEB_CONCURRENCY", "1")
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"\nQTG is starting: http://{addr}/admin/  (API: http://{addr}/api/v1/, "
-                f"health: http://{addr}/health/)\n"
-                f"Log in as operator (approve, release gates) or supervisor (rescue) with the\n"
-                f"passwords printed above; admin is a superuser.\n"
-                f"Broker: {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; "
-                f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}. "
-                f"Ctrl-C stops web, worker and beat.\n"
-            )
-        )
-        self.stdout.flush()
-        # Venue stand-ins (QTG_VENUES=local) start first: the processes need their addresses.
+        # Venue stand-ins (QTG_VENUES=local) start first: the processes need their addresses,
+        # and the demo's movements their accounts.
         children = []
         try:
+            before = dict(env)
             for start in interface.embedded_services():
                 children.extend(start(env))
+            # This process seeds: it reads the venue configuration the stand-ins wrote.
+            os.environ.update({k: v for k, v in env.items() if before.get(k) != v})
+            if not no_seed:
+                call_command("seed_demo")
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"\nQTG is starting: http://{addr}/admin/  (API: http://{addr}/api/v1/, "
+                    f"health: http://{addr}/health/)\n"
+                    f"Log in as operator (approve, release gates) or supervisor (rescue) with the\n"
+                    f"passwords printed above; admin is a superuser.\n"
+                    f"Broker: {maybe_sanitize_url(settings.CELERY_BROKER_URL)}; "
+                    f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}. "
+                    f"Ctrl-C stops web, worker and beat.\n"
+                )
+            )
+            self.stdout.flush()
             manager = Manager(Printer(sys.stdout))
             for name, command in procfile_processes().items():
                 manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))

@@ -5,6 +5,7 @@ import secrets
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -101,6 +102,80 @@ DEMO_MOVEMENTS: list[tuple[str, str, str, dict[str, Any], bool, str]] = [
     ("demo-pending", "cex_to_cex", "12000.00", {}, False, "waits for your approval"),
 ]
 
+# QTG_VENUES=local: the movements run on the stand-ins `make run` started (venues/*/local.py):
+# the local exchange serves the sandbox exchanges' names, anvil the chains `devchain` and
+# `devchain-b` (CCTP domains 0 and 3, account `treasury`, and `vault` on devchain-b), the
+# Solana stand-in the chain `solana` (account `solana-treasury`). Sandbox faults mean nothing
+# to real venues, so none is asked for. (key, template, asset, amount, source, destination,
+# params, approve?, note)
+LOCAL_DEMO_MOVEMENTS: list[tuple[str, str, str, str, str, str, dict[str, Any], bool, str]] = [
+    (
+        "local-cex-1",
+        "cex_to_cex",
+        "USDC",
+        "2500.00",
+        DEMO_SOURCE,
+        DEMO_DESTINATION,
+        {},
+        True,
+        "withdrawal through the local exchange's real API (Binance to Upbit)",
+    ),
+    (
+        "local-evm-1",
+        "evm_transfer",
+        "USDC",
+        "25.50",
+        "treasury",
+        "0x000000000000000000000000000000000000dEaD",
+        {"chain": "devchain"},
+        True,
+        "ERC-20 transfer on the anvil devchain, watched to finality",
+    ),
+    (
+        "local-cctp-1",
+        "cctp",
+        "USDC",
+        "40.000001",
+        "treasury",
+        "vault",
+        {"source_chain": "devchain", "destination_chain": "devchain-b"},
+        True,
+        "CCTP burn on devchain, attestation, mint on devchain-b",
+    ),
+    (
+        "local-sol-1",
+        "sol_transfer",
+        "SOL",
+        "1.5",
+        "solana-treasury",
+        "7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV",
+        {},
+        True,
+        "SOL transfer on the local Solana node",
+    ),
+    (
+        "local-pending",
+        "evm_transfer",
+        "USDC",
+        "12.00",
+        "treasury",
+        "0x000000000000000000000000000000000000bEEF",
+        {"chain": "devchain"},
+        False,
+        "waits for your approval",
+    ),
+]
+
+
+def demo_movements() -> list[tuple[str, str, str, str, str, str, dict[str, Any], bool, str]]:
+    """The demo's movements for the venues that serve them (``QTG_VENUES``)."""
+    if settings.QTG_VENUES == "local":
+        return LOCAL_DEMO_MOVEMENTS
+    return [
+        (key, template, "USDC", amount, DEMO_SOURCE, DEMO_DESTINATION, params, approve, note)
+        for key, template, amount, params, approve, note in DEMO_MOVEMENTS
+    ]
+
 
 def _perms(codenames) -> list[Permission]:
     return list(
@@ -180,14 +255,24 @@ class Command(BaseCommand):
         admin_user = users["admin"][0]
         self._controls(proposer=Actor.for_user(admin_user), second=Actor.for_user(supervisor))
         created = 0
-        for key, template, amount, params, approve, note in DEMO_MOVEMENTS:
+        for (
+            key,
+            template,
+            asset,
+            amount,
+            source,
+            destination,
+            params,
+            approve,
+            note,
+        ) in demo_movements():
             try:
                 request = movement_create(
                     template=template,
-                    asset="USDC",
+                    asset=asset,
                     amount=amount,
-                    source=DEMO_SOURCE,
-                    destination=DEMO_DESTINATION,
+                    source=source,
+                    destination=destination,
                     params=params,
                     idempotency_key=key,
                     actor=Actor.for_user(operator),
