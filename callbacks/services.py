@@ -215,7 +215,7 @@ def _record_event(
         context=data or {},
     )
     event.save()
-    transaction.on_commit(_publish_quietly)
+    _publish_after_commit()
     subscriptions = [s for s in _active_subscriptions() if _receives(s, request, event_type)]
     if not subscriptions:
         return []
@@ -261,6 +261,20 @@ def events_publish(*, limit: int = 1000) -> int:
             Event.objects.bulk_update(events, ["position"])
             counter.save(update_fields=["last_position"])
     return len(events)
+
+
+def _publish_after_commit() -> None:
+    """Publish once the transaction commits: once per transaction, since one publish gives
+    every committed event its position (a worker's batch records many events)."""
+    connection = transaction.get_connection()
+    scope = set(connection.savepoint_ids)
+    # Already asked for by this transaction in this savepoint or an enclosing one (a
+    # savepoint rolled back drops its hooks, so one asked for in a sibling does not count).
+    if any(
+        func is _publish_quietly and sids <= scope for sids, func, _ in connection.run_on_commit
+    ):
+        return
+    transaction.on_commit(_publish_quietly)
 
 
 def _publish_quietly() -> None:

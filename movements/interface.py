@@ -86,9 +86,10 @@ def movement_payload(movement: MovementRequest) -> dict[str, Any]:
     """The movement exactly as ``GET /api/v1/movements/{id}/`` shows it (read in the caller's
     transaction, so it is the state just written)."""
     from movements.api.selectors import movements_with_details
-    from movements.api.serializers import MovementSerializer
+    from movements.api.serializers import MovementSerializer, shared_serializer
 
-    return dict(MovementSerializer(movements_with_details().get(pk=movement.pk)).data)
+    serializer = shared_serializer(MovementSerializer)
+    return dict(serializer.to_representation(movements_with_details().get(pk=movement.pk)))
 
 
 def after_writes(hook: Callable[[], Any]) -> None:
