@@ -56,6 +56,32 @@ def after_writes(hook: Callable[[], Any]) -> None:
         pending.append(hook)
 
 
+class _HookGroup:
+    """The items of one ``after_writes_together`` function, handed to it in one call."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+        self.items: list[Any] = []
+
+    def __call__(self) -> None:
+        self.fn(self.items)
+
+
+def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
+    """``after_writes`` for hooks that do better together (one read for many movements):
+    every ``item`` given with the same ``fn`` before the hooks run reaches ``fn`` in one
+    list, in order, where the first one would have run. Outside a batch: now, alone."""
+    pending = _AFTER_WRITES.get()
+    if pending is None:
+        fn([item])
+        return
+    group = next((h for h in pending if isinstance(h, _HookGroup) and h.fn is fn), None)
+    if group is None:
+        group = _HookGroup(fn)
+        pending.append(group)
+    group.items.append(item)
+
+
 @contextmanager
 def collecting_after_writes() -> Iterator[Callable[[], None]]:
     """Collect ``after_writes`` hooks; the caller runs them (in order) after flushing."""
