@@ -35,6 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from django.db.models import Exists
 
 from movements.audit import chain_events
 from movements.models import MovementEvent
@@ -102,13 +103,15 @@ def collecting_after_writes() -> Iterator[Callable[[], None]]:
 @dataclass(frozen=True)
 class RowChange:
     """Save ``fields`` of ``instance`` if its row is still in ``read_state`` (its
-    ``state_field`` as read from the database) and has the values of ``only_if``."""
+    ``state_field`` as read from the database), has the values of ``only_if`` and, for a
+    compare-and-set, ``unless_exists`` (a queryset) finds no row, in the same statement."""
 
     instance: Any
     state_field: str
     read_state: str
     fields: tuple[str, ...]
     only_if: Mapping[str, Any] | None = None
+    unless_exists: Any = None
 
 
 def _stale(instance: Any) -> StaleState:
@@ -184,7 +187,10 @@ class OrmRowWriter(RowWriter):
             change.state_field: change.read_state,
             **(change.only_if or {}),
         }
-        if type(instance)._base_manager.filter(**guard).update(**values) != 1:
+        rows = type(instance)._base_manager.filter(**guard)
+        if change.unless_exists is not None:
+            rows = rows.filter(~Exists(change.unless_exists))
+        if rows.update(**values) != 1:
             raise _stale(instance)
 
 
@@ -211,14 +217,21 @@ class PostgresRowWriter(RowWriter):
         return [f.get_db_prep_save(f.pre_save(event, True), connection) for f in self._event_fields]
 
     def _statement(
-        self, model: type, columns: tuple[str, ...], guard_columns: tuple[str, ...], event: bool
+        self,
+        model: type,
+        columns: tuple[str, ...],
+        guard_columns: tuple[str, ...],
+        unless_sql: str,
+        event: bool,
     ) -> str:
-        key = (model, columns, guard_columns, event)
+        key = (model, columns, guard_columns, unless_sql, event)
         sql = self._sql.get(key)
         if sql is None:
             qn = connection.ops.quote_name
             assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
             guards = " AND ".join(f"{qn(c)} = %s" for c in guard_columns)
+            if unless_sql:
+                guards += f" AND NOT EXISTS ({unless_sql})"
             sql = f"UPDATE {qn(model._meta.db_table)} SET {assignments} WHERE {guards}"
             if event:
                 # Typed placeholders: INSERT .. SELECT does not infer the types of bare literals.
@@ -251,7 +264,12 @@ class PostgresRowWriter(RowWriter):
             field = meta.get_field(name)
             guard_columns.append(field.column)
             guard.append(field.get_db_prep_value(value, connection))
-        return (type(instance), tuple(columns), tuple(guard_columns)), [*values, *guard]
+        unless_sql, unless_params = "", ()
+        if change.unless_exists is not None:
+            query = change.unless_exists.values("pk").query
+            unless_sql, unless_params = query.get_compiler(connection=connection).as_sql()
+        key = (type(instance), tuple(columns), tuple(guard_columns), unless_sql)
+        return key, [*values, *guard, *unless_params]
 
     def write(self, change: RowChange, event: MovementEvent | None = None) -> None:
         key, params = self._row_update(change)
