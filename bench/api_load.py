@@ -153,6 +153,15 @@ def setup_data(clients: int) -> None:
     print(json.dumps({"tokens": tokens}))
 
 
+def analyze(database_url: str) -> None:
+    """Planner statistics, as autovacuum gathers them in a running system (a fresh database
+    has none, and the hold's queries would plan nested loops over the growing tables)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 def count_movements(database_url: str) -> dict[str, int]:
     import psycopg
 
@@ -335,6 +344,7 @@ def main() -> None:
         if made.returncode:
             raise BenchCheckFailed(f"setting up the data failed: {made.stderr[-3000:]}")
         tokens = json.loads(made.stdout.strip().splitlines()[-1])["tokens"]
+        analyze(database_url)
         server = Server(env, free_port(), args.web_workers)
         server.wait_ready()
         print(f"web server      {server.command}")
@@ -356,6 +366,7 @@ def main() -> None:
                     run_scenario(server.base, tokens[:clients], assets, args, tag)
                 )
                 failures += report(label, clients, results, before, count_movements(database_url))
+                analyze(database_url)
     finally:
         if server is not None:
             server.stop()
