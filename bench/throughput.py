@@ -552,6 +552,9 @@ def main() -> None:
     parser.add_argument("--pgbench-seconds", type=float, default=4)
     parser.add_argument("--latency-seconds", type=float, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile the lane in-process")
+    parser.add_argument(
+        "--peak", type=float, help="skip the throughput runs: latency at half this peak"
+    )
     args = parser.parse_args()
     if not settings.DB_IS_POSTGRES:
         raise BenchCheckFailed("the benchmark runs on PostgreSQL: set DATABASE_URL")
@@ -588,6 +591,9 @@ def sitting(args, database: str) -> None:
     run_services_quiet(max(n, 200 * workers // 3 + 1))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
+    if args.peak:
+        latency_at_half(args, args.peak, per_movement=15)
+        return
     rows: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:
@@ -647,8 +653,11 @@ def sitting(args, database: str) -> None:
         f"(target >= {SCALING_TARGET} median, end to end: {verdict(ok_scaling)}); "
         f"bare SQL {workers} / 1 clients: {bare_scaling:.2f}"
     )
-    peak = statistics.median(rows["wN"])
-    per_movement = lane["node_transitions"] / n
+    latency_at_half(args, statistics.median(rows["wN"]), lane["node_transitions"] / n)
+
+
+def latency_at_half(args, peak: float, per_movement: float) -> None:
+    workers = args.workers
     rate = peak / 2 / per_movement
     print()
     print(

@@ -294,12 +294,10 @@ def _publish_after_commit() -> None:
     """Publish once the transaction commits: once per transaction, since one publish gives
     every committed event its position (a worker's batch records many events)."""
     connection = transaction.get_connection()
-    scope = set(connection.savepoint_ids)
-    # Already asked for by this transaction in this savepoint or an enclosing one (a
-    # savepoint rolled back drops its hooks, so one asked for in a sibling does not count).
-    if any(
-        func is _publish_quietly and sids <= scope for sids, func, _ in connection.run_on_commit
-    ):
+    # A hook already registered is dropped only by rolling back a savepoint that is still
+    # open, i.e. one this event is inside too (released savepoints can no longer roll back):
+    # wherever it was asked for, it publishes this event as well, or neither exists.
+    if any(func is _publish_quietly for _, func, _ in connection.run_on_commit):
         return
     transaction.on_commit(_publish_quietly)
 
