@@ -380,6 +380,12 @@ def procfile_line(name: str) -> str:
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Deployment:
     """``count`` workers (each its own process, one node at a time: the solo pool) and beat,
     from the Procfile's lines, on a fresh queue of the real broker."""
@@ -401,12 +407,16 @@ class Deployment:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
+        # Beat first: its ticks wait in the queue until the workers are ready, so the work
+        # (and the CPU counted) starts when they are.
+        self.beat = self._start(procfile_line("beat"), "beat")
         self.workers = [
             self._start(f"{procfile_line('worker')} -n {self.queue}-{i}@%h", f"worker-{i}")
             for i in range(count)
         ]
         self._wait_ready()
-        self.beat = self._start(procfile_line("beat"), "beat")
+        self.started = (time.monotonic(), [cpu_seconds(w.pid) for w in self.workers])
+        self.busy: list[float] = []
 
     def _start(self, command: str, name: str) -> subprocess.Popen:
         with (self.tmp / f"{name}.log").open("w") as log:
@@ -439,6 +449,12 @@ class Deployment:
                     f"{left} of {len(requests)} movements unfinished; logs in {self.tmp}"
                 )
             time.sleep(0.25)
+        wall = time.monotonic() - self.started[0]
+        used = [
+            cpu_seconds(w.pid) - before
+            for w, before in zip(self.workers, self.started[1], strict=False)
+        ]
+        self.busy = [seconds / wall for seconds in used]
 
     def stop(self) -> None:
         for process in [*self.workers, getattr(self, "beat", None)]:
@@ -458,7 +474,10 @@ class Deployment:
             redis.Redis.from_url(BROKER_URL).delete(self.queue)
         except Exception as exc:  # the queue is unique to the run: a leftover is harmless
             print(f"(could not delete broker queue {self.queue}: {exc})")
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if os.environ.get("QTG_BENCH_KEEP_LOGS"):
+            print(f"(worker logs kept in {self.tmp})")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def worker_rate(watermark: int) -> tuple[int, float]:
@@ -482,7 +501,7 @@ def run_workers(count: int, n: int, label: str) -> dict:
     finally:
         deployment.stop()
     transitions, rate = worker_rate(watermark)
-    return {"rate": rate, "node_transitions": transitions}
+    return {"rate": rate, "node_transitions": transitions, "busy": deployment.busy}
 
 
 def run_latency(count: int, movements_per_s: float, seconds: float, label: str) -> dict:
@@ -616,6 +635,8 @@ def sitting(args, database: str) -> None:
         many = run_workers(workers, n, f"wN-{r}")
         add("w1", one["rate"])
         add("wN", many["rate"])
+        add("busy1", statistics.mean(one["busy"]))
+        add("busyN", statistics.mean(many["busy"]))
         add("service_ratio", lane["service_rate"] / rows["bare1"][-1])
         add("lane_ratio", lane["rate"] / rows["bare1"][-1])
         add("scaling", many["rate"] / one["rate"])
@@ -639,6 +660,11 @@ def sitting(args, database: str) -> None:
     print(f"  statements         {statistics.median(queries):.2f} per node transition (services)")
     print(f"1 worker process     {spread(rows['w1'])}  end to end, beat + broker")
     print(f"{workers} worker processes   {spread(rows['wN'])}")
+    print(
+        f"  worker CPU         1 worker busy {spread(rows['busy1'], '{:.0%}')} of the run; each "
+        f"of {workers}: {spread(rows['busyN'], '{:.0%}')} (CPU time of the worker process / "
+        f"wall time from its start to the last movement done)"
+    )
     print()
     ok_service = statistics.median(rows["service_ratio"]) >= SERVICE_RATIO_TARGET
     print(
