@@ -407,16 +407,16 @@ class Deployment:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
-        # Beat first: its ticks wait in the queue until the workers are ready, so the work
-        # (and the CPU counted) starts when they are.
-        self.beat = self._start(procfile_line("beat"), "beat")
         self.workers = [
             self._start(f"{procfile_line('worker')} -n {self.queue}-{i}@%h", f"worker-{i}")
             for i in range(count)
         ]
         self._wait_ready()
-        self.started = (time.monotonic(), [cpu_seconds(w.pid) for w in self.workers])
+        # Ready workers wait for beat's first tick using no CPU: what they use from here on
+        # is the run's.
+        self.cpu_before = [cpu_seconds(w.pid) for w in self.workers]
         self.busy: list[float] = []
+        self.beat = self._start(procfile_line("beat"), "beat")
 
     def _start(self, command: str, name: str) -> subprocess.Popen:
         with (self.tmp / f"{name}.log").open("w") as log:
@@ -449,11 +449,18 @@ class Deployment:
                     f"{left} of {len(requests)} movements unfinished; logs in {self.tmp}"
                 )
             time.sleep(0.25)
-        wall = time.monotonic() - self.started[0]
         used = [
             cpu_seconds(w.pid) - before
-            for w, before in zip(self.workers, self.started[1], strict=False)
+            for w, before in zip(self.workers, self.cpu_before, strict=True)
         ]
+        # From the first node transition the workers wrote (the first tick's work) to done.
+        first = MovementEvent.objects.filter(
+            request__in=requests,
+            kind="transition",
+            node__isnull=False,
+            actor_id__startswith="worker:",
+        ).aggregate(first=django.db.models.Min("created_at"))["first"]
+        wall = time.time() - first.timestamp()
         self.busy = [seconds / wall for seconds in used]
 
     def stop(self) -> None:
