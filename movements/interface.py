@@ -5,7 +5,8 @@ Dependencies between the apps go one way: ``qtg.core`` <- ``movements`` <- ``res
 only this module and, for venue implementations, the executor interface in
 ``movements.executors`` (a test holds every app to it). Movements never imports them.
 
-What movements offers them: the movement model, its terminal states, a way to add a section
+What movements offers them: the movement and node models (a venue's own records point at
+the node attempt that made them), its terminal states, a way to add a section
 to the movement page, the movement as the API shows it (``movement_payload``, what webhooks
 carry), who may see which movements, and the API's shared plumbing (``APIDefaults``,
 ``problem_responses``: authentication, parsers, the problem+json error shape) for the
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from movements.models import MovementRequest
+from movements.models import MovementRequest, MovementRequestNode
 from movements.states import TERMINAL_REQUEST_STATES, RequestState
 
 
@@ -55,6 +56,7 @@ class CallbackOutbox:
 
 _provided: dict[str, Any] = {}
 _movement_page_inlines: list[type] = []
+_embedded_services: list[Callable[[dict[str, str]], list[Any]]] = []
 
 
 def provide_reservations(ledger: ReservationLedger) -> None:
@@ -156,22 +158,37 @@ def movement_page_inlines() -> list[type]:
     return list(_movement_page_inlines)
 
 
+def provide_embedded_services(start: Callable[[dict[str, str]], list[Any]]) -> None:
+    """``start(env)`` runs before ``make run`` starts web, worker and beat: it may start child
+    processes (a venue's local stand-in), returned to be stopped at the end, and add to
+    ``env`` what those three processes need to reach them."""
+    if start not in _embedded_services:
+        _embedded_services.append(start)
+
+
+def embedded_services() -> list[Callable[[dict[str, str]], list[Any]]]:
+    return list(_embedded_services)
+
+
 __all__ = [
     "TERMINAL_REQUEST_STATES",
     "CallbackOutbox",
     "MovementRequest",
+    "MovementRequestNode",
     "RequestState",
     "ReservationLedger",
     "add_movement_page_inline",
     "after_writes",
     "after_writes_together",
     "callbacks",
+    "embedded_services",
     "movement_page_inlines",
     "movement_payload",
     "movement_payloads",
     "movement_visible_to",
     "movements_visible_to",
     "provide_callbacks",
+    "provide_embedded_services",
     "provide_reservations",
     "reservations",
 ]

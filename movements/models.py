@@ -346,6 +346,14 @@ class AttentionReason(models.TextChoices):
     LATE_RESULT = "late_result", "A late result contradicts a concluded outcome"
     RECOVERY_BLOCKED = "recovery_blocked", "Recovery cannot ask the venue"
     NO_EXECUTOR = "no_executor", "No executor serves this node"
+    # Raised by real venues' executors (movements.executors.base.EXECUTOR_ATTENTION_REASONS).
+    REORG = "reorg", "A transaction left the canonical chain"
+    FEE_CAP = "fee_cap", "Fee bumping reached the chain's fee cap"
+    DROPPED = "dropped", "A transaction was dropped by the network"
+    REPLACED_MINED = "replaced_mined", "Another transaction took this one's nonce"
+    BROADCAST_REFUSED = "broadcast_refused", "The network refuses the signed transaction"
+    EXPIRED = "expired", "A transaction expired before it landed"
+    VENUE = "venue", "The venue needs a person"
 
 
 class MovementAttention(models.Model):

@@ -274,6 +274,20 @@ if QTG_SANDBOX_ENABLED:
 # Which app serves an executor name that several installed apps provide (name -> app label),
 # as JSON, e.g. {"cex_withdraw": "venues"}. A name left ambiguous stops the start-up.
 QTG_EXECUTORS = json.loads(os.environ.get("QTG_EXECUTORS", "{}"))
+
+# --- Real venues (venues app: EVM chains, exchanges, CCTP, Solana; DESIGN.md section 8) -------
+# off: the sandbox serves every executor name it provides (the embedded default); local: the
+# real executors serve them, against the stand-ins `make run` starts as child processes;
+# live: the real executors against the venues of venues/chains.yaml and venues/exchanges.yaml
+# (the production default). QTG_EXECUTORS still decides a name it lists.
+QTG_VENUES = os.environ.get("QTG_VENUES", "off" if EMBEDDED else "live").strip().lower()
+if QTG_VENUES not in ("off", "local", "live"):
+    raise ImproperlyConfigured(f"QTG_VENUES must be off, local or live (got {QTG_VENUES!r})")
+INSTALLED_APPS.append("venues")
+# Where a name is provided by both the sandbox and the venues app and QTG_EXECUTORS is silent.
+QTG_EXECUTOR_DEFAULT_PROVIDER = "sandbox" if QTG_VENUES == "off" else "venues"
+QTG_CHAINS_CONFIG = os.environ.get("QTG_CHAINS_CONFIG", "")
+QTG_EXCHANGES_CONFIG = os.environ.get("QTG_EXCHANGES_CONFIG", "")
 # Multiplies the simulated chains' block intervals (tests run the chains faster).
 QTG_SANDBOX_TIME_SCALE = float(os.environ.get("QTG_SANDBOX_TIME_SCALE", "1"))
 # Webhook targets on private/loopback addresses are refused unless this is on.

@@ -34,7 +34,23 @@ class DeterministicError(ExecutorError):
 
 
 class TransientError(ExecutorError):
-    """Nothing happened and a later attempt may succeed (rate limit, venue down)."""
+    """Nothing happened and a later attempt may succeed (rate limit, venue down).
+
+    ``retry_after`` (seconds) is the venue's own word on when to ask again (an HTTP
+    Retry-After, a ban's end): the next attempt or poll is never earlier. Raised by ``submit``
+    it still means UNKNOWN (the request may have left); an executor that knows its venue
+    refused before acting should find that out in ``prepare`` instead.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        evidence: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, evidence=evidence)
+        self.retry_after = retry_after
 
 
 class AmbiguousError(ExecutorError):
@@ -81,6 +97,33 @@ class ExecutionContext:
 
 
 @dataclass(frozen=True)
+class NodeSpec:
+    """A node as a movement being created would run it (``Executor.validate``): the
+    movement's fields and the node's resolved template config, before anything is written."""
+
+    node_key: str
+    asset: str
+    amount: Decimal
+    source: str
+    destination: str
+    config: dict[str, Any]
+    params: dict[str, Any]
+
+
+# Why an executor asks a person to look (``"attention"`` in a result's detail or an error's
+# evidence: ``{"reason": ..., "message": ...}``); ``movements.models.AttentionReason`` lists them.
+EXECUTOR_ATTENTION_REASONS = (
+    "reorg",
+    "fee_cap",
+    "dropped",
+    "replaced_mined",
+    "broadcast_refused",
+    "expired",
+    "venue",
+)
+
+
+@dataclass(frozen=True)
 class Prepared:
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -112,9 +155,14 @@ class ObservedStatus(StrEnum):
 
 @dataclass(frozen=True)
 class Observation:
+    """What the venue shows of a submitted side effect. ``external_ref`` names it where the
+    node has no reference yet; with ``replaced`` set on a COMPLETED observation it replaces
+    the node's (what settled is a replacement of what was submitted: a fee bump that won)."""
+
     status: ObservedStatus
     external_ref: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    replaced: bool = False
 
 
 class RecoveredOutcome(StrEnum):
@@ -155,6 +203,17 @@ class Executor:
     # the nodes after this one need it: whoever settles an UNKNOWN node as SUBMITTED or
     # COMPLETED by hand must give it.
     external_ref_name: str = ""
+
+    def visibility_window(self, ctx: ExecutionContext) -> float:
+        """``visibility_seconds`` for this node's venue or account (a venue whose history lags
+        more than another's overrides it)."""
+        return self.visibility_seconds
+
+    def validate(self, spec: NodeSpec) -> None:
+        """Refuse, at create, a movement this executor could never carry out (an amount finer
+        than the token's decimals, an address the chain cannot have, an unconfigured account):
+        raise ``DeterministicError`` and the movement fails validation with its message,
+        before any reservation is held. The default accepts everything."""
 
     @classmethod
     def can_observe(cls) -> bool:

@@ -72,7 +72,7 @@ class ExecutorRegistry:
 
     def _chosen(self, name: str) -> type | None:
         providers = self._providers.get(name) or {}
-        choice = getattr(settings, "QTG_EXECUTORS", {}).get(name)
+        choice = getattr(settings, "QTG_EXECUTORS", {}).get(name) or self._default(providers)
         if choice:
             return providers.get(choice)
         if len(providers) > 1:
@@ -81,6 +81,13 @@ class ExecutorRegistry:
                 f"choose one in QTG_EXECUTORS"
             )
         return next(iter(providers.values()), None)
+
+    @staticmethod
+    def _default(providers: dict[str, type]) -> str | None:
+        """The deployment's default provider (``QTG_EXECUTOR_DEFAULT_PROVIDER``: the sandbox
+        or the real venues, by ``QTG_VENUES``) where it is one of several."""
+        default = getattr(settings, "QTG_EXECUTOR_DEFAULT_PROVIDER", "")
+        return default if len(providers) > 1 and default in providers else None
 
     def is_registered(self, name: str) -> bool:
         self._load()
@@ -102,7 +109,8 @@ class ExecutorRegistry:
                 offered = ", ".join(sorted(self._providers.get(name, {}))) or "no installed app"
                 found.append(f"QTG_EXECUTORS chooses {choice!r} for {name!r}: offered by {offered}")
         for name, providers in sorted(self._providers.items()):
-            if len(providers) > 1 and name not in getattr(settings, "QTG_EXECUTORS", {}):
+            chosen = name in getattr(settings, "QTG_EXECUTORS", {}) or self._default(providers)
+            if len(providers) > 1 and not chosen:
                 found.append(
                     f"executor {name!r} is provided by {', '.join(sorted(providers))}: "
                     f"choose one in QTG_EXECUTORS"

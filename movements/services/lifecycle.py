@@ -19,7 +19,9 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from movements import interface
-from movements.compiler import compile_plan
+from movements.compiler import CompiledPlan, compile_plan
+from movements.executors import get_executor
+from movements.executors.base import DeterministicError, NodeSpec
 from movements.models import (
     OPERATOR_DETAIL,
     MovementApproval,
@@ -381,6 +383,9 @@ def _create(
                 destination=destination,
                 params=params,
             )
+            _validate_with_executors(
+                plan, asset=asset, amount=amount, source=source, destination=destination
+            )
         except TemplateInvalid as exc:
             return _fail_validation(request, actor, exc, writer=writer)
 
@@ -440,6 +445,27 @@ def _create(
     except ReservationRefused as exc:
         return _fail_validation(MovementRequest.objects.get(pk=request.pk), actor, exc)
     return request
+
+
+def _validate_with_executors(
+    plan: CompiledPlan, *, asset: str, amount: Decimal, source: str, destination: str
+) -> None:
+    """Each node's executor may refuse, before anything is held, a movement it could never
+    carry out (``Executor.validate``): the movement fails validation with its reason."""
+    for node in plan.nodes:
+        spec = NodeSpec(
+            node_key=node.key,
+            asset=asset,
+            amount=amount,
+            source=source,
+            destination=destination,
+            config=dict(node.config),
+            params=dict(plan.params),
+        )
+        try:
+            get_executor(node.executor).validate(spec)
+        except DeterministicError as exc:
+            raise TemplateInvalid(f"node {node.key!r}: {exc.message}") from exc
 
 
 def _fail_validation(

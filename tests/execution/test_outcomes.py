@@ -217,6 +217,56 @@ def test_an_observation_never_replaces_a_known_external_ref():
     assert learned.fields["external_ref"] == "other"
 
 
+def test_a_replacement_that_settled_replaces_the_nodes_external_ref_with_evidence():
+    answer = observation(ObservedStatus.COMPLETED, external_ref="0xbump", replaced=True)
+
+    outcome = decide(
+        "observe", node(NS.OBSERVING, external_ref="0xfirst"), answer, None, now=NOW, timing=TIMING
+    )
+
+    assert outcome.target == NS.COMPLETED
+    assert outcome.fields["external_ref"] == "0xbump"
+    assert outcome.detail["replaced_external_ref"] == "0xfirst"
+
+
+def test_a_venues_retry_after_is_never_cut_short_by_the_backoff():
+    error = TransientError("429 Too Many Requests", retry_after=120)
+
+    before = decide(
+        "prepare", node(NS.PREPARING, dispatch_count=1), None, error, now=NOW, timing=TIMING
+    )
+    watching = decide("observe", node(NS.OBSERVING), None, error, now=NOW, timing=TIMING)
+
+    assert before.target == NS.READY
+    assert before.fields["next_attempt_at"] == NOW + timedelta(seconds=120)
+    assert watching.fields["next_attempt_at"] == NOW + timedelta(seconds=120)
+
+
+def test_an_executor_asks_a_person_through_its_answer_or_its_error():
+    answer = observation(
+        ObservedStatus.PENDING,
+        detail={"attention": {"reason": "fee_cap", "message": "fee cap reached"}, "fee": "9"},
+    )
+    error = AmbiguousError("gone", evidence={"attention": {"reason": "dropped"}})
+
+    asked = decide("observe", node(NS.OBSERVING), answer, None, now=NOW, timing=TIMING)
+    failed = decide("observe", node(NS.OBSERVING), None, error, now=NOW, timing=TIMING)
+    quiet = decide(
+        "observe",
+        node(NS.OBSERVING),
+        observation(ObservedStatus.PENDING),
+        None,
+        now=NOW,
+        timing=TIMING,
+    )
+
+    assert asked.attention["reason"] == "fee_cap"
+    assert asked.attention["message"] == "fee cap reached"
+    assert asked.attention["evidence"]["fee"] == "9"
+    assert (failed.target, failed.attention["reason"]) == (NS.UNKNOWN, "dropped")
+    assert quiet.attention is None
+
+
 def test_a_pending_first_look_moves_to_observing_and_is_reported_as_no_new_state():
     answer = observation(ObservedStatus.PENDING, detail={"confirmations": 1})
 

@@ -51,6 +51,7 @@ def _two_providers() -> ExecutorRegistry:
 
 def test_a_name_two_apps_provide_is_refused_until_the_deployment_chooses(settings):
     settings.QTG_EXECUTORS = {}
+    settings.QTG_EXECUTOR_DEFAULT_PROVIDER = ""  # no QTG_VENUES default either
     registry = _two_providers()
 
     with pytest.raises(ImproperlyConfigured, match="choose one in QTG_EXECUTORS"):
@@ -83,11 +84,14 @@ def test_without_the_sandbox_app_no_simulated_venue_serves_a_template():
         "import django; django.setup()\n"
         "from django.conf import settings\n"
         "from movements.executors import registry\n"
-        "print('sandbox' in settings.INSTALLED_APPS, registry.names())\n"
+        "providers = {p for n in registry.names() for p in registry.providers(n)}\n"
+        "print('sandbox' in settings.INSTALLED_APPS, 'manual_gate' in registry.names(),"
+        " sorted(providers))\n"
     )
     env = {**os.environ, "QTG_SANDBOX_ENABLED": "0", "DJANGO_SETTINGS_MODULE": "qtg.settings"}
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     ).stdout
 
-    assert out.strip() == "False ['manual_gate']"
+    # Only movements' own executors and the real venues' remain.
+    assert out.strip() == "False True ['movements', 'venues']"

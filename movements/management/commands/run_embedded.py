@@ -14,6 +14,8 @@ from honcho.manager import Manager
 from honcho.printer import Printer
 from kombu.utils.url import maybe_sanitize_url
 
+from movements import interface
+
 
 def procfile_processes() -> dict[str, str]:
     """The production start's process lines (``Procfile``), by name."""
@@ -56,8 +58,22 @@ class Command(BaseCommand):
             )
         )
         self.stdout.flush()
-        manager = Manager(Printer(sys.stdout))
-        for name, command in procfile_processes().items():
-            manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))
-        manager.loop()
+        # Venue stand-ins (QTG_VENUES=local) start first: the processes need their addresses.
+        children = []
+        try:
+            for start in interface.embedded_services():
+                children.extend(start(env))
+            manager = Manager(Printer(sys.stdout))
+            for name, command in procfile_processes().items():
+                manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))
+            manager.loop()
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.terminate()
+            for child in children:
+                try:
+                    child.wait(timeout=10)
+                except Exception:
+                    child.kill()
         sys.exit(manager.returncode)

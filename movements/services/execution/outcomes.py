@@ -25,7 +25,7 @@ the worker keeps (its lease extended) to sign next.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -174,12 +174,33 @@ def evidence(answer: Any, error: BaseException | None) -> dict[str, Any]:
     raise TypeError(f"no evidence rule for {type(answer).__name__}")
 
 
-def backoff(count: int, timing: Timing) -> timedelta:
-    """Exponential backoff after ``count`` dispatches, capped at ``retry_max_seconds``."""
+def backoff(count: int, timing: Timing, error: BaseException | None = None) -> timedelta:
+    """Exponential backoff after ``count`` dispatches, capped at ``retry_max_seconds``, and
+    never shorter than the venue's own ``retry_after`` on a transient ``error``."""
     # 2.0 ** 1000 (not an int power) keeps a node asked thousands of times from overflowing.
     exponent = min(max(0, count - 1), 1000)
-    seconds = timing.retry_base_seconds * 2.0**exponent
-    return timedelta(seconds=min(seconds, timing.retry_max_seconds))
+    seconds = min(timing.retry_base_seconds * 2.0**exponent, timing.retry_max_seconds)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None and retry_after > seconds:
+        seconds = float(retry_after)
+    return timedelta(seconds=seconds)
+
+
+def executor_attention(answer: Any, error: BaseException | None) -> Mapping[str, Any] | None:
+    """What an executor asks a person to look at (``"attention"`` in its answer's detail or
+    its error's evidence), with the whole answer as evidence; None when it asks nothing."""
+    if error is not None:
+        found = getattr(error, "evidence", None) or {}
+    else:
+        found = getattr(answer, "detail", None) or {}
+    wanted = found.get("attention") if isinstance(found, Mapping) else None
+    if not isinstance(wanted, Mapping) or not wanted.get("reason"):
+        return None
+    return {
+        "reason": str(wanted["reason"]),
+        "message": str(wanted.get("message") or wanted["reason"])[:1000],
+        "evidence": evidence(answer, error),
+    }
 
 
 _RELEASED = {"lease_owner": "", "lease_expires_at": None}
@@ -210,7 +231,7 @@ def failed_before_submit(
         if not deterministic:
             detail["gave_up_after_dispatches"] = node.dispatch_count
         return Outcome(NS.FAILED, fields, detail, then=Then.DERIVE)
-    retry_at = now + backoff(node.dispatch_count, timing)
+    retry_at = now + backoff(node.dispatch_count, timing, error)
     detail["retry_at"] = retry_at.isoformat()
     # Derived again: a node back to READY no longer moves money, which may settle a movement
     # waiting on it (a sibling FAILED meanwhile).
@@ -289,12 +310,22 @@ def observed(
         fields = {**_RELEASED, "last_error": _last_error(detail)}
         if isinstance(error, TransientError):
             streak = node.error_streak + 1
-            retry_at = now + backoff(streak, timing)
+            retry_at = now + backoff(streak, timing, error)
             fields |= {"next_attempt_at": retry_at, "error_streak": streak}
             return Outcome(None, fields, pending=True)
         target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
         return Outcome(target, {**fields, "next_attempt_at": now}, detail, then=Then.DERIVE)
     external_ref = node.external_ref or answer.external_ref
+    replaced = (
+        answer.replaced
+        and answer.status == ObservedStatus.COMPLETED
+        and answer.external_ref
+        and answer.external_ref != node.external_ref
+    )
+    if replaced:
+        # What settled is not what was first submitted (a fee-bump replacement won): the
+        # nodes after this one need the reference that happened.
+        external_ref = answer.external_ref
     fields = {**_RELEASED, "result": _merged(node, answer.detail), "external_ref": external_ref}
     if node.error_streak:
         fields["error_streak"] = 0
@@ -312,6 +343,8 @@ def observed(
         fields["next_attempt_at"] = now
     reorg = {"reorg": answer.detail} if answer.status == ObservedStatus.REORG else None
     detail = {"observed": str(answer.status), **answer.detail}
+    if replaced and node.external_ref:
+        detail["replaced_external_ref"] = node.external_ref
     return Outcome(target, fields, detail, then=_then(target), record=reorg)
 
 
@@ -336,7 +369,7 @@ def recovered(
         dispatches = node.dispatch_count + 1
         fields = {
             **_RELEASED,
-            "next_attempt_at": now + backoff(dispatches, timing),
+            "next_attempt_at": now + backoff(dispatches, timing, error),
             "dispatch_count": dispatches,
         }
         if error is not None:
@@ -428,5 +461,9 @@ def decide(
     """The outcome of the venue's ``answer`` (or its ``error``) at ``phase`` (a key of
     ``STEP_STATES``) for ``node``."""
     if phase in ("prepare", "sign"):
-        return before_submit(node, answer, error, phase=phase, now=now, timing=timing)
-    return AFTER_SUBMIT_RULES[phase](node, answer, error, now=now, timing=timing)
+        outcome = before_submit(node, answer, error, phase=phase, now=now, timing=timing)
+    else:
+        outcome = AFTER_SUBMIT_RULES[phase](node, answer, error, now=now, timing=timing)
+    if outcome.attention is None and (asked := executor_attention(answer, error)) is not None:
+        outcome = replace(outcome, attention=asked)
+    return outcome

@@ -158,7 +158,7 @@ def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | Non
     timing = Timing.from_settings(
         settings,
         poll_seconds=claim.executor.poll_seconds,
-        visibility_seconds=claim.executor.visibility_seconds,
+        visibility_seconds=claim.executor.visibility_window(claim.context),
     )
     outcome = decide(
         result.phase,

@@ -1,0 +1,92 @@
+"""Real Celery worker processes and beat on PostgreSQL and a real broker, sending on anvil:
+a worker SIGKILLed in the middle of a transfer, and three workers sharing one sender."""
+
+import pytest
+
+from movements.models import MovementEvent
+from movements.states import RequestState
+from tests.execution.conftest import Cluster, assert_history_replays, node_path, wait_for
+from tests.venues.evm.conftest import balance, transfer
+from venues.models import ChainTransaction, TxState
+
+pytestmark = [
+    pytest.mark.devchain,
+    pytest.mark.slow,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+]
+
+SETTLED = {RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION}
+
+
+@pytest.fixture
+def cluster(devchain, tokens, chain_config, tmp_path):
+    """Beat and no worker yet; blocks are mined every second, finality at 2 confirmations."""
+    config = chain_config(confirmations=2)
+    devchain.set_interval_mining(1)
+    running = Cluster(tmp_path, workers=0)
+    running.env["QTG_CHAINS_CONFIG"] = str(config)
+    running.start()
+    yield running
+    running.stop()
+
+
+def settled(request, timeout=90):
+    def check():
+        request.refresh_from_db()
+        return request.request_state in SETTLED
+
+    wait_for(check, timeout=timeout, message=f"movement stayed {request.request_state}")
+    return request
+
+
+@pytest.mark.parametrize("point", ["after_sign", "before_broadcast", "after_broadcast"])
+def test_a_worker_killed_mid_transfer_moves_the_balance_once_with_one_transaction(
+    cluster, devchain, tokens, creator, recipient, point
+):
+    cluster.env["QTG_EVM_CRASH_AT"] = point
+    doomed = cluster.start_worker()
+    request = transfer(creator, recipient, amount="9.5")
+    wait_for(lambda: doomed.poll() is not None, timeout=60, message="the worker did not die")
+    del cluster.env["QTG_EVM_CRASH_AT"]
+    cluster.start_worker()
+
+    request = settled(request)
+
+    assert request.request_state == RequestState.COMPLETED
+    assert balance(devchain, tokens["USDC"], recipient) == 9_500_000
+    [tx] = ChainTransaction.objects.filter(movement=request)
+    assert tx.state == TxState.FINALIZED
+    path = node_path(request, "transfer")
+    if point == "after_sign":
+        # Died before SUBMITTING: back to READY, the stored bytes re-used, never re-signed.
+        assert path.count("AWAITING_SIGNATURE") == 2 and "UNKNOWN" not in path
+        assert list(tx.events.values_list("to_state", flat=True)).count("SIGNED") == 1
+    else:
+        # Died while SUBMITTING: the lease expired, recovery asked the chain by hash.
+        assert path[path.index("SUBMITTING") + 1] == "UNKNOWN"
+        assert path.count("SUBMITTING") == 1
+    assert_history_replays(request)
+
+
+def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twice(
+    cluster, devchain, tokens, creator, recipient
+):
+    for _ in range(3):
+        cluster.start_worker()
+    treasury = devchain.accounts[1].address
+    first = devchain.web3.eth.get_transaction_count(treasury)
+    requests = [transfer(creator, recipient, amount="1.25") for _ in range(9)]
+
+    for request in requests:
+        settled(request, timeout=180)
+
+    assert {r.request_state for r in requests} == {RequestState.COMPLETED}
+    nonces = sorted(ChainTransaction.objects.values_list("nonce", flat=True))
+    assert nonces == list(range(first, first + 9))
+    assert devchain.web3.eth.get_transaction_count(treasury) == first + 9
+    assert balance(devchain, tokens["USDC"], recipient) == 9 * 1_250_000
+    actors = MovementEvent.objects.filter(
+        node_key="transfer", new_state="SUBMITTING", actor_id__startswith="worker:"
+    ).values_list("actor_id", flat=True)
+    assert len({actor.split(":")[2] for actor in actors}) >= 2, "one worker did all the work"

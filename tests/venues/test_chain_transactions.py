@@ -1,0 +1,132 @@
+"""The chain-transaction table: every change is an edge of the table, with its event."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from qtg.core.actors import Actor
+from qtg.core.errors import IllegalStateTransition, StaleState
+from venues.models import (
+    TERMINAL_TX_STATES,
+    TX_TRANSITIONS,
+    ChainTransaction,
+    ChainTransactionEvent,
+    TxState,
+    can_transition_tx_state,
+)
+from venues.transactions import (
+    chain_transaction_create,
+    chain_transaction_record,
+    chain_transaction_transition,
+)
+
+pytestmark = pytest.mark.django_db
+ACTOR = Actor.system("test")
+S = TxState
+
+
+def new_tx(**kwargs):
+    return chain_transaction_create(
+        chain="devchain", sender="0xabc", nonce=7, unsigned={"to": "0xdef"}, actor=ACTOR, **kwargs
+    )
+
+
+def walk(tx, *states, **fields):
+    for state in states:
+        tx = chain_transaction_transition(
+            chain_transaction_id=tx.pk, to_state=state, actor=ACTOR, evidence={"to": state}
+        )
+    return tx
+
+
+def test_a_transaction_walks_the_happy_path_with_one_event_per_step():
+    tx = new_tx()
+
+    tx = walk(tx, S.SIGNED, S.BROADCAST, S.PENDING, S.CONFIRMED, S.FINALIZED)
+
+    steps = list(tx.events.values_list("from_state", "to_state"))
+    assert steps == [
+        ("", "CREATED"),
+        ("CREATED", "SIGNED"),
+        ("SIGNED", "BROADCAST"),
+        ("BROADCAST", "PENDING"),
+        ("PENDING", "CONFIRMED"),
+        ("CONFIRMED", "FINALIZED"),
+    ]
+    assert tx.signed_at and tx.broadcast_at and tx.pending_at and tx.finalized_at
+
+
+def test_an_illegal_edge_is_refused_and_nothing_is_written():
+    tx = walk(new_tx(), S.SIGNED)
+
+    with pytest.raises(IllegalStateTransition):
+        chain_transaction_transition(chain_transaction_id=tx.pk, to_state=S.FINALIZED, actor=ACTOR)
+
+    tx.refresh_from_db()
+    assert tx.state == S.SIGNED
+    assert tx.events.count() == 2
+
+
+def test_a_reorg_walks_a_confirmed_transaction_back_to_pending_with_its_evidence():
+    tx = walk(new_tx(), S.SIGNED, S.BROADCAST, S.CONFIRMED)
+
+    chain_transaction_transition(
+        chain_transaction_id=tx.pk,
+        to_state=S.PENDING,
+        actor=ACTOR,
+        evidence={"reorg": {"old_block_hash": "0x01"}},
+        fields={"block_number": None, "block_hash": ""},
+    )
+
+    last = tx.events.order_by("-id").first()
+    assert (last.from_state, last.to_state) == ("CONFIRMED", "PENDING")
+    assert last.evidence == {"reorg": {"old_block_hash": "0x01"}}
+
+
+def test_signed_bytes_are_written_once_never_re_signed():
+    tx = new_tx()
+    walk_fields = {"raw_signed": "0x01", "tx_hash": "0xaa"}
+    tx = chain_transaction_transition(
+        chain_transaction_id=tx.pk, to_state=S.SIGNED, actor=ACTOR, fields=walk_fields
+    )
+
+    with pytest.raises(ValueError, match="written once"):
+        chain_transaction_record(
+            chain_transaction_id=tx.pk, actor=ACTOR, evidence={}, fields={"raw_signed": "0x02"}
+        )
+    tx.refresh_from_db()
+    assert tx.raw_signed == "0x01"
+
+
+def test_a_transition_from_a_state_read_earlier_is_stale_once_someone_moved_it():
+    tx = walk(new_tx(), S.SIGNED, S.BROADCAST)
+
+    with pytest.raises(StaleState):
+        chain_transaction_transition(
+            chain_transaction_id=tx.pk, to_state=S.BROADCAST, actor=ACTOR, expected=[S.SIGNED]
+        )
+
+
+def test_events_are_append_only():
+    event = ChainTransactionEvent.objects.filter(chain_transaction=new_tx()).get()
+
+    with pytest.raises(TypeError):
+        event.save()
+    with pytest.raises(TypeError):
+        ChainTransactionEvent.objects.all().delete()
+
+
+def test_expired_is_reachable_only_before_inclusion_and_is_terminal():
+    sources = {state for state, targets in TX_TRANSITIONS.items() if S.EXPIRED in targets}
+    assert sources == {S.SIGNED, S.BROADCAST, S.PENDING}
+    assert S.EXPIRED in TERMINAL_TX_STATES
+
+
+@given(st.sampled_from(list(TxState)), st.sampled_from(list(TxState)))
+def test_can_transition_is_exactly_the_table(current, new):
+    assert can_transition_tx_state(current, new) == (new in TX_TRANSITIONS[current])
+
+
+def test_terminal_states_have_no_way_out():
+    assert TERMINAL_TX_STATES == {S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED, S.EXPIRED}
+    assert ChainTransaction.objects.count() == 0

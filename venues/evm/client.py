@@ -1,0 +1,79 @@
+"""Talking to an EVM node: one web3 client per chain, and what its errors mean.
+
+A node's error messages are not standardised; the phrases below are geth's, anvil's and
+Erigon's for the same conditions. Whatever they say, "nonce too low" and "already known" are
+never read as a failure on their own: the caller looks the transaction up by hash first.
+"""
+
+import threading
+from typing import Any
+
+from venues.ethlib import Web3
+from venues.evm.config import EvmChain
+
+ALREADY_KNOWN = ("already known", "already imported", "known transaction", "alreadyknown")
+NONCE_USED = ("nonce too low", "nonce is too low", "oldnonce")
+UNDERPRICED = ("underpriced", "less than block base fee", "fee cap less than", "too low to")
+
+_clients: dict[tuple[str, float], Web3] = {}
+_lock = threading.Lock()
+
+
+def web3_for(chain: EvmChain) -> Web3:
+    """The process's web3 client for ``chain`` (its URL read from the named env variable)."""
+    key = (chain.rpc_url, chain.rpc_timeout_seconds)
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            # No retries inside web3: a timeout is reported at once and the worker decides
+            # (a read is asked again later, a send is looked up by hash).
+            provider = Web3.HTTPProvider(
+                key[0],
+                request_kwargs={"timeout": chain.rpc_timeout_seconds},
+                exception_retry_configuration=None,
+            )
+            client = Web3(provider)
+            _clients[key] = client
+    return client
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """The node did not answer (timeout, refused connection, a proxy's 5xx)."""
+    import requests
+
+    return isinstance(exc, requests.exceptions.RequestException | TimeoutError | OSError)
+
+
+def rpc_message(exc: BaseException) -> str:
+    """The node's error message, lower case ('' if ``exc`` is not an RPC error answer)."""
+    from web3.exceptions import Web3RPCError
+
+    if not isinstance(exc, Web3RPCError):
+        return ""
+    response = getattr(exc, "rpc_response", None) or {}
+    error = response.get("error") if isinstance(response, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"]).lower()
+    return str(getattr(exc, "message", "") or exc).lower()
+
+
+def says(message: str, phrases: tuple[str, ...]) -> bool:
+    return any(phrase in message for phrase in phrases)
+
+
+def receipt_of(w3: Web3, tx_hash: str) -> Any | None:
+    from web3.exceptions import TransactionNotFound
+
+    try:
+        return w3.eth.get_transaction_receipt(tx_hash)
+    except TransactionNotFound:
+        return None
+
+
+def transaction_of(w3: Web3, tx_hash: str) -> Any | None:
+    from web3.exceptions import TransactionNotFound
+
+    try:
+        return w3.eth.get_transaction(tx_hash)
+    except TransactionNotFound:
+        return None

@@ -1,0 +1,219 @@
+"""The EVM chains of the reviewed chain configuration (``kind: evm`` entries of
+``venues/chains.yaml``, or the file ``QTG_CHAINS_CONFIG`` names):
+
+    chains:
+      ethereum:
+        kind: evm
+        chain_id: 1
+        rpc_url_env: QTG_ETHEREUM_RPC_URL      # the URL is in this env variable
+        confirmations: 12                      # finality: head - inclusion + 1 >= this
+        block_seconds: 12
+        replace_after_seconds: 180             # PENDING longer than this: fee bump
+        max_fee_gwei: 300                      # fee cap: no bump above it (attention instead)
+        priority_fee_gwei: 1.5                 # optional (default 1)
+        fee_bump_percent: 12.5                 # optional (default 12.5, at least 10)
+        broadcast_window_seconds: 60           # optional: not seen by then -> re-broadcast
+        rpc_timeout_seconds: 10                # optional
+        native: {symbol: ETH, decimals: 18}    # optional (default ETH, 18)
+        tokens:
+          USDC: {address: "0xA0b8...", decimals: 6}
+        accounts:
+          treasury:
+            address: "0x..."
+            key: {keystore: /etc/qtg/treasury.json, password_env: TREASURY_KEY_PASSWORD}
+
+Amounts convert exactly with the asset's decimals; a finer amount is refused.
+"""
+
+import os
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from venues import conf
+
+GWEI = 10**9
+MIN_BUMP_PERCENT = Decimal(10)
+
+
+@dataclass(frozen=True)
+class Asset:
+    symbol: str
+    decimals: int
+    address: str = ""  # the ERC-20 contract; empty for the native coin
+
+    @property
+    def is_native(self) -> bool:
+        return not self.address
+
+    def to_base_units(self, amount: Decimal) -> int:
+        """``amount`` in the asset's smallest unit, exactly; ``ValueError`` if it is finer."""
+        scaled = Decimal(amount).scaleb(self.decimals)
+        if scaled != scaled.to_integral_value():
+            raise ValueError(
+                f"{amount} {self.symbol} has more decimals than the token's {self.decimals}"
+            )
+        return int(scaled)
+
+    def from_base_units(self, units: int) -> Decimal:
+        return Decimal(units).scaleb(-self.decimals)
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    address: str
+    key: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class EvmChain:
+    name: str
+    chain_id: int
+    rpc_url_env: str
+    confirmations: int
+    block_seconds: float
+    replace_after_seconds: float
+    max_fee_wei: int
+    priority_fee_wei: int
+    fee_bump_percent: Decimal
+    broadcast_window_seconds: float
+    rpc_timeout_seconds: float
+    native: Asset
+    tokens: dict[str, Asset]
+    accounts: dict[str, Account]
+
+    @property
+    def rpc_url(self) -> str:
+        url = os.environ.get(self.rpc_url_env, "")
+        if not url:
+            raise ImproperlyConfigured(
+                f"chain {self.name}: environment variable {self.rpc_url_env} (its RPC URL) is empty"
+            )
+        return url
+
+    def asset(self, symbol: str) -> Asset:
+        if symbol == self.native.symbol:
+            return self.native
+        try:
+            return self.tokens[symbol]
+        except KeyError:
+            raise LookupError(f"chain {self.name} has no token {symbol!r} configured") from None
+
+    def account(self, name: str) -> Account:
+        try:
+            return self.accounts[name]
+        except KeyError:
+            raise LookupError(f"chain {self.name} has no account {name!r} configured") from None
+
+    def address_of(self, name_or_address: str) -> str:
+        """A configured account's address, or the address itself (checksummed)."""
+        from venues.ethlib import Web3
+
+        if name_or_address in self.accounts:
+            return self.accounts[name_or_address].address
+        if Web3.is_address(name_or_address):
+            return Web3.to_checksum_address(name_or_address)
+        raise LookupError(
+            f"{name_or_address!r} is neither an account of chain {self.name} nor an address"
+        )
+
+    def bumped(self, wei: int) -> int:
+        """A fee raised by the replacement rule (at least 10 %, rounded up)."""
+        raised = Decimal(wei) * (100 + self.fee_bump_percent) / 100
+        return int(raised.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _decimal(entry: dict[str, Any], key: str, what: str, default: Any = None) -> Decimal:
+    value = entry.get(key, default)
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        raise ImproperlyConfigured(f"{what}: {key} must be a number (got {value!r})") from None
+    if not number.is_finite() or number < 0:
+        raise ImproperlyConfigured(f"{what}: {key} must be a non-negative number")
+    return number
+
+
+def _int(entry: dict[str, Any], key: str, what: str, *, minimum: int = 0) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ImproperlyConfigured(f"{what}: {key} must be an integer >= {minimum}")
+    return value
+
+
+def _asset(symbol: str, entry: Any, what: str) -> Asset:
+    from venues.ethlib import Web3
+
+    if not isinstance(entry, dict):
+        raise ImproperlyConfigured(f"{what}: token {symbol} must be a mapping")
+    decimals = _int(entry, "decimals", f"{what} token {symbol}")
+    address = str(entry.get("address") or "")
+    if address and not Web3.is_address(address):
+        raise ImproperlyConfigured(f"{what}: token {symbol} address {address!r} is not an address")
+    return Asset(str(symbol), decimals, Web3.to_checksum_address(address) if address else "")
+
+
+def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
+    """One ``kind: evm`` entry, validated: nothing runs on a half-understood chain."""
+    from venues.ethlib import Web3
+
+    what = f"chain {name}"
+    if not isinstance(entry.get("rpc_url_env"), str) or not entry["rpc_url_env"]:
+        raise ImproperlyConfigured(f"{what}: rpc_url_env must name an environment variable")
+    block_seconds = float(_decimal(entry, "block_seconds", what))
+    if block_seconds <= 0:
+        raise ImproperlyConfigured(f"{what}: block_seconds must be positive")
+    bump = _decimal(entry, "fee_bump_percent", what, "12.5")
+    if bump < MIN_BUMP_PERCENT:
+        raise ImproperlyConfigured(f"{what}: fee_bump_percent must be at least {MIN_BUMP_PERCENT}")
+    native = entry.get("native") or {"symbol": "ETH", "decimals": 18}
+    accounts: dict[str, Account] = {}
+    for account_name, account in (entry.get("accounts") or {}).items():
+        if not isinstance(account, dict) or not Web3.is_address(account.get("address") or ""):
+            raise ImproperlyConfigured(f"{what}: account {account_name} needs an 'address'")
+        accounts[str(account_name)] = Account(
+            str(account_name),
+            Web3.to_checksum_address(account["address"]),
+            dict(account.get("key") or {}),
+        )
+    return EvmChain(
+        name=name,
+        chain_id=_int(entry, "chain_id", what, minimum=1),
+        rpc_url_env=entry["rpc_url_env"],
+        confirmations=_int(entry, "confirmations", what, minimum=1),
+        block_seconds=block_seconds,
+        replace_after_seconds=float(_decimal(entry, "replace_after_seconds", what)),
+        max_fee_wei=int(_decimal(entry, "max_fee_gwei", what) * GWEI),
+        priority_fee_wei=int(_decimal(entry, "priority_fee_gwei", what, 1) * GWEI),
+        fee_bump_percent=bump,
+        broadcast_window_seconds=float(
+            _decimal(entry, "broadcast_window_seconds", what, max(5.0, 3 * block_seconds))
+        ),
+        rpc_timeout_seconds=float(_decimal(entry, "rpc_timeout_seconds", what, 10)),
+        native=_asset(str(native.get("symbol", "ETH")), {**native, "address": ""}, what),
+        tokens={
+            str(symbol): _asset(symbol, token, what)
+            for symbol, token in (entry.get("tokens") or {}).items()
+        },
+        accounts=accounts,
+    )
+
+
+def evm_chains() -> dict[str, EvmChain]:
+    """Every ``kind: evm`` chain of the configuration."""
+    return {
+        name: parse_chain(str(name), entry)
+        for name, entry in conf.section("chains", "chains").items()
+        if isinstance(entry, dict) and entry.get("kind") == "evm"
+    }
+
+
+def evm_chain(name: str) -> EvmChain:
+    """One configured EVM chain; ``LookupError`` if there is none by that name."""
+    entry = conf.section("chains", "chains").get(name)
+    if not isinstance(entry, dict) or entry.get("kind") != "evm":
+        raise LookupError(f"no EVM chain {name!r} is configured")
+    return parse_chain(name, entry)

@@ -1,0 +1,20 @@
+"""A worker process that dies at a chosen point of a transfer (the exactly-once tests kill a
+real worker between signing and broadcasting, and between broadcasting and recording it).
+
+``QTG_EVM_CRASH_AT=<point>`` in a worker's environment makes it SIGKILL itself there. It is
+ignored under ``QTG_VENUES=live``: no production process can be told to die this way.
+"""
+
+import os
+import signal
+
+from django.conf import settings
+
+POINTS = ("after_sign", "before_broadcast", "after_broadcast")
+
+
+def crash_point(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"no crash point {name!r}")
+    if os.environ.get("QTG_EVM_CRASH_AT") == name and settings.QTG_VENUES != "live":
+        os.kill(os.getpid(), signal.SIGKILL)

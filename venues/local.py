@@ -1,0 +1,49 @@
+"""``QTG_VENUES=local``: the stand-ins run as child processes of ``make run``.
+
+Each adapter that has a stand-in offers ``venues.<adapter>.local.start(env, var_dir)``: it
+starts its stand-in (anvil, the local exchange, ...), prepares it (deploys contracts, funds the
+demo accounts), writes the configuration the product reads, adds the environment the web,
+worker and beat processes need to ``env``, and returns the processes to stop at the end.
+"""
+
+import logging
+from importlib import import_module
+from importlib.util import find_spec
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+from django.conf import settings
+
+from venues.apps import installed_adapters
+
+log = logging.getLogger(__name__)
+
+
+def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
+    """Start every adapter's stand-in when ``QTG_VENUES`` is ``local`` (nothing otherwise)."""
+    if settings.QTG_VENUES != "local":
+        return []
+    var_dir = Path(settings.VAR_DIR) / "standins"
+    var_dir.mkdir(parents=True, exist_ok=True)
+    started: list[Popen[Any]] = []
+    try:
+        for adapter in installed_adapters():
+            if find_spec(f"{adapter}.local") is None:
+                continue
+            started.extend(import_module(f"{adapter}.local").start(env, var_dir))
+    except BaseException:
+        stop(started)
+        raise
+    return started
+
+
+def stop(processes: list[Popen[Any]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except Exception:
+            process.kill()

@@ -1,0 +1,33 @@
+"""Nonces per (chain, sender), allocated by QTG itself from the database.
+
+Gap-free and never reused, with any number of workers: the cursor row is locked
+(``SELECT ... FOR UPDATE``) while a nonce is taken, and the caller creates the transaction
+that keeps the nonce in the same database transaction, so a nonce is never handed out without
+its CREATED transaction. A node attempt allocates once: its retries and its recovery find the
+transaction and re-use its nonce (and, once signed, its bytes).
+"""
+
+from django.db import IntegrityError, transaction
+
+from venues.models import NonceCursor
+
+
+def nonce_allocate(*, chain: str, sender: str, chain_next: int) -> int:
+    """The next nonce of ``sender`` on ``chain``. ``chain_next`` is the chain's own count of
+    the sender's transactions (pending included): where a cursor starts, and where it jumps to
+    if the account sent transactions QTG did not make (those nonces are used up). Call it
+    inside the ``transaction.atomic`` that creates the transaction keeping the nonce."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("nonce_allocate must run inside the transaction that keeps the nonce")
+    cursor = NonceCursor.objects.select_for_update().filter(chain=chain, sender=sender).first()
+    if cursor is None:
+        try:
+            with transaction.atomic():
+                NonceCursor.objects.create(chain=chain, sender=sender, next_nonce=chain_next)
+        except IntegrityError:
+            pass  # another worker created it first: take its row's lock below
+        cursor = NonceCursor.objects.select_for_update().get(chain=chain, sender=sender)
+    nonce = max(cursor.next_nonce, chain_next)
+    cursor.next_nonce = nonce + 1
+    cursor.save(update_fields=["next_nonce", "updated_at"])
+    return nonce
