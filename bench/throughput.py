@@ -533,27 +533,42 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
         deployment.wait_done(requests)
     finally:
         deployment.stop()
-    transitions = claim_to_result(watermark)
+    halves = claim_to_result(watermark)
+    transitions = halves.pop("total")
     if len(transitions) < n:
         raise BenchCheckFailed(f"{len(transitions)} dispatches measured for {n} movements")
-    return {"approves": approves, "transitions": transitions, "offered": offered, "n": n}
+    return {
+        "approves": approves,
+        "transitions": transitions,
+        "halves": halves,
+        "offered": offered,
+        "n": n,
+    }
 
 
-def claim_to_result(watermark: int) -> list[float]:
+def claim_to_result(watermark: int) -> dict[str, list[float]]:
     """Per dispatch of an action node: its claim (READY -> PREPARING) to the result of its
-    submit written (the node's next event that leaves PREPARING/SUBMITTING)."""
+    submit written (the node's next event that leaves PREPARING/SUBMITTING), and the two
+    halves: claim to SUBMITTING (prepare, the compare-and-set) and SUBMITTING to the result
+    (the submit, then the batch's result write)."""
     rows = (
         node_transitions_since(watermark)
         .filter(node__kind="ACTION")
         .order_by("node_id", "pk")
         .values_list("node_id", "old_state", "new_state", "created_at")
     )
-    latencies, claimed = [], {}
+    latencies: dict[str, list[float]] = {"total": [], "to_submitting": [], "to_result": []}
+    claimed, submitting = {}, {}
     for node_id, old, new, at in rows:
         if old == "READY" and new == "PREPARING":
             claimed[node_id] = at
-        elif node_id in claimed and new not in ("PREPARING", "SUBMITTING"):
-            latencies.append((at - claimed.pop(node_id)).total_seconds())
+        elif node_id in claimed and new == "SUBMITTING":
+            submitting[node_id] = at
+            latencies["to_submitting"].append((at - claimed[node_id]).total_seconds())
+        elif node_id in claimed and new != "PREPARING":
+            latencies["total"].append((at - claimed.pop(node_id)).total_seconds())
+            if node_id in submitting:
+                latencies["to_result"].append((at - submitting.pop(node_id)).total_seconds())
     return latencies
 
 
@@ -707,6 +722,13 @@ def latency_at_half(args, peak: float, per_movement: float) -> None:
         f"dispatches, claim to result written; target p99 < {TRANSITION_P99_TARGET_MS} ms: "
         f"{verdict(p99_t < TRANSITION_P99_TARGET_MS)})"
     )
+    for name, label in (("to_submitting", "claim to SUBMITTING"), ("to_result", "SUBMITTING on")):
+        half = [t * 1000 for t in latency["halves"][name]]
+        if half:
+            print(
+                f"  {label:<20}p50 {percentile(half, 0.5):.1f} ms  p95 "
+                f"{percentile(half, 0.95):.1f} ms  p99 {percentile(half, 0.99):.1f} ms"
+            )
     print(
         f"operator approve     p50 {percentile(approves, 0.5):.1f} ms  p95 "
         f"{percentile(approves, 0.95):.1f} ms  p99 {p99_a:.1f} ms  ({len(approves)} approves, "
