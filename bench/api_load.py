@@ -103,6 +103,8 @@ def production_env(database_url: str, var_dir: Path, **extra: str) -> dict[str, 
         QTG_VAR_DIR=str(var_dir),
         QTG_SANDBOX_ENABLED="1",
         QTG_SMOKE_TEST_ALLOWS_SANDBOX="1",
+        # ... and its venues serve the templates (production's default is the real ones).
+        QTG_VENUES="off",
         QTG_ADDRESS_COOLDOWN_SECONDS="0",
         # Each client is one integrator creating far more than it would leave waiting for
         # approval, far faster than the default per-client rate: lift those two limits only.
