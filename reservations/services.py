@@ -46,6 +46,7 @@ DEMO_HARDCAPS: dict[str, tuple[Decimal, Decimal]] = {
     "USDT": (Decimal("1000000"), Decimal("5000000")),
     "BTC": (Decimal("25"), Decimal("100")),
     "ETH": (Decimal("500"), Decimal("2000")),
+    "SOL": (Decimal("10000"), Decimal("50000")),
 }
 
 
@@ -413,7 +414,7 @@ def hardcap_ensure(
 
 
 def hardcap_ensure_demo_defaults() -> list[Hardcap]:
-    """The demo assets' hardcaps (USDC, USDT, BTC, ETH), created where missing."""
+    """The demo assets' hardcaps (USDC, USDT, BTC, ETH, SOL), created where missing."""
     return [
         hardcap_ensure(asset=asset, max_in_flight=cap, max_per_24h=per_day, note="demo default")
         for asset, (cap, per_day) in DEMO_HARDCAPS.items()

@@ -7,6 +7,8 @@
 - :mod:`standins.cctp`: the CCTP v1 stand-in (transmitter, messenger, USDC) and attestations.
 - :mod:`standins.exchange`: a local exchange speaking the part of Binance's and Upbit's REST APIs
   that ccxt calls (balances, withdrawals, deposits), with faults on request.
+- :mod:`standins.solana`: a local Solana JSON-RPC node over LiteSVM (from solders): slots on a
+  clock, commitment levels, the blockhash validity window, SPL tokens, faults on request.
 
 Node tools are pinned in ``standins/package.json`` + ``package-lock.json`` and installed by
 ``npm ci --prefix standins`` (``make install``).

@@ -18,6 +18,7 @@ from django.utils import timezone
 from movements.interface import MovementRequest, MovementRequestNode
 from qtg.core.actors import ActorType
 from qtg.core.models import AppendOnlyModel
+from venues.cex.models import CexRateBucket, CexWithdrawal  # noqa: F401 (the exchange adapter's)
 
 
 class TxState(models.TextChoices):

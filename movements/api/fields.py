@@ -12,9 +12,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.validators import RegexValidator
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
-from qtg.core.venues import canonical_venue
+from qtg.core.venues import BASE58_ADDRESS, EVM_ADDRESS, canonical_venue, is_chain_address
 
 # A positive amount below 1e20 with at most 18 decimal places, in plain digits: "100",
 # "100.50", "0.000001". No sign, exponent, leading zeros, whitespace or JSON number.
@@ -168,4 +169,27 @@ class VenueField(serializers.ChoiceField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
+        if is_chain_address(data):
+            # A wallet on a chain: where money may go is the address book's question.
+            return canonical_venue(data)
         return super().to_internal_value(canonical_venue(data))
+
+
+# What the schema says besides the known venues: an EVM or a Solana address.
+CHAIN_ADDRESS_PATTERN = f"{EVM_ADDRESS.pattern}|{BASE58_ADDRESS.pattern}"
+
+
+class VenueFieldSchema(OpenApiSerializerFieldExtension):
+    """The schema of a venue: one of the known venues (``VenueEnum``) or a chain address."""
+
+    target_class = VenueField
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        known = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        known.pop("description", None)  # said once, on the field
+        address = {
+            "type": "string",
+            "pattern": CHAIN_ADDRESS_PATTERN,
+            "description": "A chain address: 0x and 40 hex digits (EVM) or base58 (Solana).",
+        }
+        return {"anyOf": [known, address]}

@@ -81,8 +81,14 @@ class MovementCreateInputSerializer(serializers.Serializer):
         help_text="Positive decimal string below 1e20 with at most 18 decimal places, e.g. "
         '`"100.50"`. JSON numbers are refused: a float cannot carry money exactly.',
     )
-    source = VenueField(help_text="Where the funds are: a known venue (QTG_KNOWN_VENUES).")
-    destination = VenueField(help_text="Where the funds go: a known venue (QTG_KNOWN_VENUES).")
+    source = VenueField(
+        help_text="Where the funds are: a known venue (QTG_KNOWN_VENUES or a configured "
+        "account) or a chain address."
+    )
+    destination = VenueField(
+        help_text="Where the funds go: a known venue (QTG_KNOWN_VENUES or a configured "
+        "account) or a chain address."
+    )
     params = JSONObjectField(
         required=False,
         help_text="Template params. Params the template refuses give a FAILED movement with "

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .config import build_venues, resolve_config
+from .courier import Courier
 from .server import ExchangeServer
 
 STARTUP_TIMEOUT_SECONDS = 20
@@ -68,11 +69,14 @@ class LocalExchange:
         host: str = "127.0.0.1",
         port: int = 0,
         in_process: bool = True,
+        deliver_after: float | None = None,
     ) -> None:
         self.config = resolve_config(config)
         self.host = host
         self.port = port
         self.in_process = in_process
+        # Seconds after which withdrawals are broadcast and delivered (courier.py); None: never.
+        self.deliver_after = deliver_after
         self.base_url: str | None = None
         self._server: ExchangeServer | None = None
         self._thread: threading.Thread | None = None
@@ -91,6 +95,10 @@ class LocalExchange:
                 daemon=True,
             )
             self._thread.start()
+            if self.deliver_after is not None:
+                Courier(
+                    self._server.venues, self._server.stopping, deliver_after=self.deliver_after
+                ).start()
             self.base_url = self._server.base_url
         else:
             self._start_process()
@@ -111,6 +119,11 @@ class LocalExchange:
                 str(self.port),
                 "--config",
                 self._config_file,
+                *(
+                    ["--deliver-after", str(self.deliver_after)]
+                    if self.deliver_after is not None
+                    else []
+                ),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -194,6 +207,11 @@ class LocalExchange:
 
     def reset(self) -> None:
         self.control("POST", "reset")
+
+    def deliver(self, older_than: float = 0) -> list[dict]:
+        """Broadcast the withdrawals accepted ``older_than`` seconds ago or more and credit the
+        deposits they make (see courier.py); what was delivered."""
+        return self.control("POST", "deliver", {"older_than": older_than})["delivered"]
 
     def credit_deposit(self, exchange_id: str, **deposit) -> dict:
         """account (default main), coin, network, amount, address, txid, tag, status."""

@@ -10,6 +10,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from .courier import deliver_due
 from .ledger import COMPLETED, Fault, RateLimitPolicy, Refusal, to_decimal
 from .wire import Request, Response, Venue, json_response
 
@@ -97,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def control(server: ExchangeServer, request: Request) -> Response:
-    """/_control/state, /_control/reset and /_control/<venue>/<action>."""
+    """/_control/state, /_control/reset, /_control/deliver and /_control/<venue>/<action>."""
     try:
         payload = json.loads(request.body) if request.body else {}
     except ValueError:
@@ -106,6 +107,11 @@ def control(server: ExchangeServer, request: Request) -> Response:
     try:
         if parts == ["state"] and request.method == "GET":
             return json_response(200, {n: v.books.snapshot() for n, v in server.venues.items()})
+        if parts == ["deliver"] and request.method == "POST":
+            older_than = float(payload.get("older_than", 0))
+            return json_response(
+                200, {"delivered": deliver_due(server.venues, older_than=older_than)}
+            )
         if parts == ["reset"] and request.method == "POST":
             for venue in server.venues.values():
                 venue.books.reset()

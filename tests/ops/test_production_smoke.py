@@ -48,6 +48,8 @@ def production_env(tmp: Path, **extra: str) -> dict[str, str]:
         QTG_SANDBOX_ENABLED="1",
         # The production profile refuses the sandbox; this test alone needs its movements.
         QTG_SMOKE_TEST_ALLOWS_SANDBOX="1",
+        # ... and its venues serve them (production's default is the real venues: live).
+        QTG_VENUES="off",
         # Plain HTTP on the loopback: no TLS terminator in front of gunicorn here.
         DJANGO_SECURE_SSL_REDIRECT="0",
         QTG_SANDBOX_TIME_SCALE="0.01",

@@ -209,5 +209,5 @@ def test_the_demo_defaults_cover_the_demo_assets_and_keep_existing_caps():
 
     caps = hardcap_ensure_demo_defaults()
 
-    assert {cap.asset for cap in caps} == {"USDC", "USDT", "BTC", "ETH"}
+    assert {cap.asset for cap in caps} == {"USDC", "USDT", "BTC", "ETH", "SOL"}
     assert Hardcap.objects.get(asset="BTC", source="").max_in_flight == Decimal("7")

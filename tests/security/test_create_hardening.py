@@ -167,3 +167,22 @@ def test_a_client_refused_by_the_hardcap_does_not_learn_the_amount_in_flight(
     page = client.get(change_url(MovementRequest.objects.get(pk=movement_id)))
     assert page.status_code == 200
     assert "777.5 already in flight" in page.content.decode()
+
+
+def test_the_api_takes_a_chain_address_as_a_destination_in_the_spelling_its_chain_compares(
+    integration_client,
+):
+    evm = post_create(
+        integration_client,
+        create_body(destination="0x52908400098527886E0F7030069857D2E4169EE7"),
+    )
+    solana = post_create(
+        integration_client,
+        create_body(destination="7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV"),
+    )
+    almost = post_create(integration_client, create_body(destination="0x5290840009852788"))
+
+    assert evm.status_code == 201, evm.content
+    assert evm.json()["destination"] == "0x52908400098527886e0f7030069857d2e4169ee7"
+    assert solana.json()["destination"] == "7EcDhSYGxXyscszYEp35KHN8vvw3svAuLKTzXwCFLtV"
+    assert_error(almost, 400, "invalid")

@@ -376,3 +376,29 @@ def test_a_broadcast_the_network_never_sees_is_re_sent_from_its_bytes_after_its_
     # Handed to a node is not known to the network: never PENDING before the re-send.
     assert states_of(again)[:4] == ["CREATED", "SIGNED", "BROADCAST", "BROADCAST"]
     assert balance(devchain, tokens["USDC"], recipient) == 5_500_000
+
+
+def test_a_transaction_re_included_by_a_reorg_is_confirmed_again_in_its_new_block(
+    devchain, tokens, chain_config, fast_worker, creator, recipient
+):
+    chain_config(confirmations=4)
+    request = transfer(creator, recipient, amount="3.25")
+    [tx] = run_until(
+        lambda: [t for t in chain_txs(request) if t.state == S.CONFIRMED and t.confirmations >= 2],
+        each=devchain.mine,
+    )
+    old_hash = tx.block_hash
+    # The replacement blocks carry the same transaction, at the same height.
+    devchain.reorg(devchain.block_number() - tx.block_number + 1, [(tx.raw_signed, 0)])
+
+    request = settle(request, devchain)
+
+    [tx] = chain_txs(request)
+    assert request.request_state == RequestState.COMPLETED
+    assert tx.block_hash != old_hash
+    back = tx.events.get(from_state=S.CONFIRMED, to_state=S.PENDING)
+    assert back.evidence["reorg"]["now_in_block"] == tx.block_hash
+    # Found in its new block: confirmed again, never re-sent.
+    assert not tx.events.filter(evidence__has_key="rebroadcast").exists()
+    assert balance(devchain, tokens["USDC"], recipient) == 3_250_000
+    assert "reorg" in attention_reasons(request)

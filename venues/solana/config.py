@@ -1,0 +1,176 @@
+"""The reviewed ``kind: solana`` entries of ``venues/chains.yaml``.
+
+```yaml
+chains:
+  solana:
+    kind: solana
+    rpc_url_env: QTG_SOLANA_RPC_URL         # the URL is in this env variable (as for EVM)
+    commitment:
+      blockhash: confirmed    # getLatestBlockhash and preflight
+      landed: confirmed       # the transfer node completes once its transaction is this deep
+      final: finalized        # the observe node completes here (the finality policy)
+    rpc_timeout_seconds: 10
+    tokens:
+      SOL: {decimals: 9}                           # native: no mint
+      USDC: {mint: <base58 mint>, decimals: 6}
+    accounts:
+      solana-treasury: {address: <base58>, key: {env: QTG_SOLANA_TREASURY_KEY}}
+```
+
+A malformed entry is a configuration error at first use, naming the entry; nothing runs on a
+half-understood policy.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from solders.pubkey import Pubkey
+
+from venues import conf
+from venues.signing import Signer
+
+from .signing import solana_signer
+
+COMMITMENTS = ("processed", "confirmed", "finalized")
+NATIVE = "SOL"
+
+
+@dataclass(frozen=True)
+class Token:
+    asset: str
+    decimals: int
+    mint: Pubkey | None  # None: native SOL
+
+    @property
+    def native(self) -> bool:
+        return self.mint is None
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    address: Pubkey
+    key: dict[str, Any]  # where the secret is; read only when signing
+
+
+@dataclass(frozen=True)
+class SolanaChain:
+    name: str
+    rpc_url_env: str
+    blockhash_commitment: str
+    landed_commitment: str
+    final_commitment: str
+    rpc_timeout_seconds: float
+    tokens: dict[str, Token]
+    accounts: dict[str, Account]
+
+    @property
+    def rpc_url(self) -> str:
+        url = os.environ.get(self.rpc_url_env, "")
+        if not url:
+            raise ImproperlyConfigured(
+                f"chain {self.name}: environment variable {self.rpc_url_env} (its RPC URL) is empty"
+            )
+        return url
+
+    def token(self, asset: str) -> Token:
+        try:
+            return self.tokens[asset.upper()]
+        except KeyError:
+            raise ImproperlyConfigured(f"chain {self.name} moves no {asset}") from None
+
+    def account(self, name: str) -> Account:
+        try:
+            return self.accounts[name]
+        except KeyError:
+            raise ImproperlyConfigured(f"chain {self.name} has no account {name!r}") from None
+
+    def signer(self, account: Account) -> Signer:
+        """The account's signer (the key is read where the config says, never stored)."""
+        what = f"chains.{self.name}.accounts.{account.name}.key"
+        signer = solana_signer(account.key, what=what)
+        if signer.address() != str(account.address):
+            raise ImproperlyConfigured(f"{what} does not belong to {account.address}")
+        return signer
+
+
+def _fail(name: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{conf.config_path('chains')}: chains.{name}: {problem}")
+
+
+def _pubkey(name: str, value: Any, what: str) -> Pubkey:
+    try:
+        return Pubkey.from_string(str(value))
+    except ValueError:
+        raise _fail(name, f"{what} is not a base58 public key") from None
+
+
+def _commitment(name: str, raw: dict, key: str, default: str) -> str:
+    value = raw.get(key, default)
+    if value not in COMMITMENTS:
+        raise _fail(name, f"commitment.{key} must be one of {', '.join(COMMITMENTS)}")
+    return value
+
+
+def parse_chain(name: str, entry: dict[str, Any]) -> SolanaChain:
+    commitment = entry.get("commitment") or {}
+    if not isinstance(commitment, dict):
+        raise _fail(name, "commitment must be a mapping")
+    final = _commitment(name, commitment, "final", "finalized")
+    landed = _commitment(name, commitment, "landed", "confirmed")
+    if COMMITMENTS.index(landed) > COMMITMENTS.index(final):
+        raise _fail(name, "commitment.landed cannot be deeper than commitment.final")
+    rpc_url_env = entry.get("rpc_url_env")
+    if not isinstance(rpc_url_env, str) or not rpc_url_env:
+        raise _fail(name, "rpc_url_env must name the env variable that holds the RPC URL")
+    tokens: dict[str, Token] = {}
+    for asset, spec in (entry.get("tokens") or {}).items():
+        asset = str(asset).upper()
+        if not isinstance(spec, dict) or not isinstance(spec.get("decimals"), int):
+            raise _fail(name, f"tokens.{asset} needs integer decimals")
+        mint = spec.get("mint")
+        if asset == NATIVE:
+            if mint is not None or spec["decimals"] != 9:
+                raise _fail(name, "tokens.SOL is native: 9 decimals and no mint")
+        elif mint is None:
+            raise _fail(name, f"tokens.{asset} needs its mint")
+        tokens[asset] = Token(
+            asset, spec["decimals"], None if mint is None else _pubkey(name, mint, "mint")
+        )
+    accounts: dict[str, Account] = {}
+    for account, spec in (entry.get("accounts") or {}).items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("key"), dict):
+            raise _fail(name, f"accounts.{account} needs an address and a key reference")
+        address = _pubkey(name, spec.get("address"), f"accounts.{account}.address")
+        accounts[str(account)] = Account(str(account), address, spec["key"])
+    return SolanaChain(
+        name=name,
+        rpc_url_env=rpc_url_env,
+        blockhash_commitment=_commitment(name, commitment, "blockhash", "confirmed"),
+        landed_commitment=landed,
+        final_commitment=final,
+        rpc_timeout_seconds=float(entry.get("rpc_timeout_seconds", 10)),
+        tokens=tokens,
+        accounts=accounts,
+    )
+
+
+def solana_chains() -> dict[str, SolanaChain]:
+    """Every ``kind: solana`` chain of the reviewed configuration."""
+    chains = conf.section("chains", "chains")
+    return {
+        str(name): parse_chain(str(name), entry)
+        for name, entry in chains.items()
+        if isinstance(entry, dict) and entry.get("kind") == "solana"
+    }
+
+
+def solana_chain(name: str) -> SolanaChain:
+    try:
+        return solana_chains()[name]
+    except KeyError:
+        raise ImproperlyConfigured(
+            f"no solana chain {name!r} in the chains configuration"
+        ) from None

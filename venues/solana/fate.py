@@ -1,0 +1,52 @@
+"""What the chain proves about one signed transaction: a pure rule, no I/O.
+
+Inputs are what the executor read from the node, in this order: the signature's status, then
+the block height at the final commitment and whether the blockhash is still valid. The order
+matters: a status read *after* the height could miss a landing that happened in between.
+
+- a status at or past ``wanted``: landed deep enough, and FAILED if it carries an error
+  (fees paid, nothing moved);
+- a shallower status: landed, not yet deep enough;
+- no status, the finalized block height past the blockhash's last valid height, and the node
+  calling the blockhash invalid: EXPIRED. No block from here on may include it, and every
+  block up to that height is final and does not: it can never land.
+- otherwise PENDING: it may still land; re-sending the same bytes is safe (one signature).
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+COMMITMENTS = ("processed", "confirmed", "finalized")
+
+
+class Fate(StrEnum):
+    PENDING = "PENDING"  # not seen in a block; may still land
+    LANDED = "LANDED"  # in a block, not yet at the commitment wanted
+    SETTLED = "SETTLED"  # at (or past) the commitment wanted, without error
+    FAILED = "FAILED"  # in a block with an error
+    EXPIRED = "EXPIRED"  # never landed and never can
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One reading of the chain about a transaction."""
+
+    landed_slot: int | None
+    level: str | None  # processed / confirmed / finalized, when landed
+    err: str | None
+    final_height: int
+    blockhash_valid: bool
+    last_valid_block_height: int
+    confirmations: int | None = None  # slots since it landed; None once finalized
+    fee: int | None = None  # lamports paid, once read (confirmed)
+
+
+def fate(seen: Seen, *, wanted: str) -> Fate:
+    if seen.landed_slot is not None:
+        # Even a failure waits for the commitment wanted: a processed block may be abandoned.
+        if COMMITMENTS.index(seen.level or "processed") < COMMITMENTS.index(wanted):
+            return Fate.LANDED
+        return Fate.FAILED if seen.err is not None else Fate.SETTLED
+    if seen.final_height > seen.last_valid_block_height and not seen.blockhash_valid:
+        return Fate.EXPIRED
+    return Fate.PENDING
