@@ -68,7 +68,8 @@ def main() -> None:
         print(f"re-using {MovementRequest.objects.count():,} movements")
     else:
         fill(args.rows)
-    measure(args.repeat, verbose=args.verbose)
+    rows = check_filled()
+    measure(args.repeat, search_ref=search_target(rows), verbose=args.verbose)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -83,8 +84,12 @@ def fill(rows: int) -> None:
     from movements.services import movement_create
     from movements.states import RequestState
     from qtg.core.actors import Actor
+    from reservations.services import hardcap_ensure_demo_defaults
 
     ensure_operator_groups()
+    # Without a hardcap the first movement fails closed (no plan, no node attempts) and the
+    # node table would stay empty: ensure the demo's caps first.
+    hardcap_ensure_demo_defaults()
     creator = User.objects.create_user("bench-creator")
     operator = User.objects.create_user("bench-operator", is_staff=True)
     operator.groups.add(Group.objects.get(name=OPERATORS))
@@ -96,7 +101,14 @@ def fill(rows: int) -> None:
         destination="sandbox-exchange-b",
         actor=Actor.for_user(creator),
     )
+    if template.request_state != RequestState.PENDING_APPROVAL:
+        raise BenchCheckFailed(
+            f"the template movement is {template.request_state}, not PENDING_APPROVAL "
+            f"({template.failure_reason or 'no reason recorded'}): no node attempts to copy"
+        )
     plan_nodes = list(template.plan_nodes.order_by("position"))
+    if not plan_nodes:
+        raise BenchCheckFailed("the template movement has no plan nodes")
     states = list(RequestState)
     assets = ["USDC", "USDT", "ETH", "BTC", "SOL"]
     now = timezone.now()
@@ -139,7 +151,41 @@ def fill(rows: int) -> None:
     )
 
 
-def measure(repeat: int, verbose: bool = False) -> None:
+class BenchCheckFailed(SystemExit):
+    """The database is not what the benchmark claims to measure (exits non-zero)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"admin_changelist: {message}")
+
+
+def check_filled() -> int:
+    """Count what is really in the database and refuse to measure a table that is not what the
+    figures will claim: N movements, three node attempts each, external refs on the first."""
+    from movements.models import MovementRequest, MovementRequestNode
+
+    movements = MovementRequest.objects.filter(idempotency_key__startswith="bench-").count()
+    attempts = MovementRequestNode.objects.filter(
+        request__idempotency_key__startswith="bench-"
+    ).count()
+    refs = MovementRequestNode.objects.filter(external_ref__startswith="WD-bench-").count()
+    print(f"in the database: {movements:,} movements, {attempts:,} node attempts, {refs:,} refs")
+    if movements == 0:
+        raise BenchCheckFailed("no benchmark movements in the database")
+    if attempts != 3 * movements:
+        raise BenchCheckFailed(
+            f"{attempts:,} node attempts for {movements:,} movements (expected three each)"
+        )
+    if refs != movements:
+        raise BenchCheckFailed(f"{refs:,} external refs for {movements:,} movements")
+    return movements
+
+
+def search_target(rows: int) -> str:
+    """An external reference that exists, from the middle of the table (never past its end)."""
+    return f"WD-bench-{rows * 7 // 9}"
+
+
+def measure(repeat: int, *, search_ref: str, verbose: bool = False) -> None:
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
@@ -152,7 +198,7 @@ def measure(repeat: int, verbose: bool = False) -> None:
     views = {
         "first page": url,
         "needs me": url + "?state=needs_me",
-        "search by external ref": url + "?q=WD-bench-77777",
+        "search by external ref": url + f"?q={search_ref}",
     }
     for label, target in views.items():
         timings = []
@@ -161,12 +207,18 @@ def measure(repeat: int, verbose: bool = False) -> None:
                 started = time.perf_counter()
                 response = client.get(target)
                 timings.append(time.perf_counter() - started)
-            assert response.status_code == 200, response.status_code
+            if response.status_code != 200:
+                raise BenchCheckFailed(f"{label}: HTTP {response.status_code}")
+        found = response.context_data["cl"].result_count
+        if label == "search by external ref" and found != 1:
+            raise BenchCheckFailed(f"the search for {search_ref} found {found} movements, not 1")
+        if label == "first page" and found == 0:
+            raise BenchCheckFailed("the changelist lists no movement")
         timed = timings[1:]
         print(
             f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
             f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
-            f"{len(queries)} queries"
+            f"{len(queries)} queries, {found:,} rows matched"
         )
         if verbose:
             slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:3]

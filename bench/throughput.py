@@ -1,26 +1,50 @@
-"""Throughput of the execution services on PostgreSQL with the sandbox venues (not a test).
+"""Throughput and latency of the execution services on PostgreSQL with the sandbox venues (not a
+test).
 
-Creates a scratch database (``<name>_bench`` next to the one in DATABASE_URL), runs N
-movements through the CEX lane by calling the worker services in-process (one worker, one
-connection, the sweeps' own batching), and prints movements/s, node transitions/s and database
-queries per node transition. Time spent inside the executors' calls is the sandbox venue's (in
-production: the network round trip to an exchange or a chain), so the rates are printed end to
-end and in the service layer's own time. In the same run, on the same database, it measures the
-bare SQL of one node transition issued directly through psycopg (lock the node, update it,
-insert its event, update the request; one transaction each) and prints the ratios.
+Creates a scratch database (``<name>_bench`` next to the one in DATABASE_URL) and, ``--repeat``
+times, interleaved so that machine noise falls on every figure alike:
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/qtg python bench/throughput.py -n 300
+- the lane in-process: N movements through the CEX lane by calling the worker services in this
+  process (one worker, one connection, the sweeps' own batching); node transitions/s end to
+  end and in the service layer's own time (without the time inside the sandbox venue's calls,
+  in production the network round trip to an exchange or a chain);
+- the bare SQL of one node transition (lock the node, update it, insert its event, update the
+  request; one transaction each) through psycopg with 1 and ``--workers`` clients, and through
+  pgbench with the same statements where pgbench is installed;
+- the lane through real worker processes: 1, then ``--workers``, Celery workers started with the
+  Procfile's ``worker`` line, Celery beat sending the real sweeps through a real broker
+  (``QTG_BENCH_BROKER_URL``, default Redis db 12, a fresh queue per run); node transitions/s
+  from the first to the last node transition the workers wrote, and the scaling factor.
+
+Every figure is printed as min / median / max over the repeats, with its target beside it.
+Then, with ``--workers`` workers running, movements are approved through the services (an
+operator's approve) at the rate that makes half the measured peak of node transitions, and it
+prints p50 / p95 / p99 of each approve and of a node transition: from the claim of an action
+node (READY -> PREPARING) to its submit's result written (SUBMITTED, or FAILED / UNKNOWN /
+READY), read from the audit events.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/qtg python bench/throughput.py \
+        --movements 150 --workers 2 --repeat 3
 """
 
 import argparse
 import hashlib
 import json
+import multiprocessing
 import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
 # The benchmark drives the sandbox venues: the embedded profile, named (the settings never guess).
 os.environ.setdefault("QTG_PROFILE", "embedded")
@@ -29,21 +53,40 @@ os.environ.setdefault("QTG_SANDBOX_TIME_SCALE", "0.0001")
 os.environ.setdefault("QTG_OBSERVE_POLL_SECONDS", "0")
 os.environ.setdefault("QTG_RETRY_BASE_SECONDS", "0")
 os.environ["QTG_SANDBOX_ENABLED"] = "1"
+# One bench client creates far more movements than it would leave waiting for approval.
+os.environ.setdefault("QTG_CLIENT_MAX_PENDING_COUNT", "1000000")
 # Production-like: no DEBUG query log (it costs more per query than the query itself here).
 os.environ.setdefault("DJANGO_DEBUG", "0")
 
-import django
+import django  # noqa: E402
 
 django.setup()
 
 import psycopg  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
+from django.contrib.auth.models import Group, User  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Max  # noqa: E402
 
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode  # noqa: E402
 from movements.services import execution, movement_approve, movement_create  # noqa: E402
 from qtg.core.actors import Actor  # noqa: E402
+
+BROKER_URL = os.environ.get("QTG_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
+TICK_SECONDS = os.environ.get("QTG_BENCH_TICK_SECONDS", "0.2")
+
+# Issue 20's targets on this 2-core machine.
+SERVICE_RATIO_TARGET = 0.5  # one worker's service layer / bare psycopg, 1 client
+SCALING_TARGET = 1.6  # 2 workers / 1 worker, end to end
+TRANSITION_P99_TARGET_MS = 50  # claim to result written, at half the peak
+APPROVE_P99_TARGET_MS = 30
+
+
+class BenchCheckFailed(SystemExit):
+    """What the benchmark measured is not what it claims (exits non-zero)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"throughput: {message}")
 
 
 class QueryCounter:
@@ -99,12 +142,32 @@ class VenueClock:
 VENUE = VenueClock()
 
 
-def setup_movements(n: int) -> list[MovementRequest]:
+def percentile(values: list[float], share: float) -> float:
+    """Nearest-rank percentile (``share`` in 0..1) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * share // 1))
+    return ordered[int(rank) - 1]
+
+
+# --- movements ----------------------------------------------------------------------------
+
+
+def bench_users() -> tuple[User, Actor]:
+    """The creator, and an operator of the operators group who approves (four-eyes)."""
+    from movements.permissions import OPERATORS, ensure_operator_groups
     from reservations.services import hardcap_ensure_demo_defaults
 
     hardcap_ensure_demo_defaults()
-    creator = User.objects.create_user("bench-creator", password="x")
-    approver = Actor.system("bench-approver")
+    ensure_operator_groups()
+    creator, _ = User.objects.get_or_create(username="bench-creator")
+    operator, created = User.objects.get_or_create(username="bench-operator", is_staff=True)
+    if created:
+        operator.groups.add(Group.objects.get(name=OPERATORS))
+    return creator, Actor.for_user(User.objects.get(pk=operator.pk))
+
+
+def create_movements(n: int, label: str) -> list[MovementRequest]:
+    creator, _ = bench_users()
     requests = []
     for i in range(n):
         request = movement_create(
@@ -113,51 +176,71 @@ def setup_movements(n: int) -> list[MovementRequest]:
             amount="100.00",
             source="sandbox-exchange-a",
             destination="sandbox-exchange-b",
-            idempotency_key=f"bench-{i}",
+            idempotency_key=f"bench-{label}-{i}",
             actor=Actor.for_user(creator),
         )
-        movement_approve(request=request, actor=approver)
+        if request.request_state != "PENDING_APPROVAL":
+            raise BenchCheckFailed(
+                f"movement {i} of {label} is {request.request_state}: {request.failure_reason}"
+            )
         requests.append(request)
     return requests
 
 
-def run_services(n: int) -> dict:
+def setup_movements(n: int, label: str) -> list[MovementRequest]:
+    _, approver = bench_users()
+    requests = create_movements(n, label)
+    return [movement_approve(request=request, actor=approver) for request in requests]
+
+
+def unfinished(requests: list[MovementRequest]) -> int:
+    return (
+        MovementRequest.objects.filter(pk__in=[r.pk for r in requests])
+        .exclude(request_state="COMPLETED")
+        .count()
+    )
+
+
+def node_transitions_since(watermark: int):
+    """The node transitions written after event ``watermark`` by anyone but the bare SQL."""
+    return MovementEvent.objects.filter(
+        pk__gt=watermark, kind="transition", node__isnull=False
+    ).exclude(actor_id="bench")
+
+
+def event_watermark() -> int:
+    return MovementEvent.objects.aggregate(top=Max("pk"))["top"] or 0
+
+
+# --- the lane in-process -----------------------------------------------------------------
+
+
+def run_services(requests: list[MovementRequest]) -> dict:
     counter = QueryCounter()
-    events_before = MovementEvent.objects.filter(kind="transition").count()
-    node_events_before = MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
+    watermark = event_watermark()
     owner = execution.worker_identity()
     VENUE.install()
     venue_before = VENUE.seconds
     started = time.perf_counter()
     with connection.execute_wrapper(counter):
-        while MovementRequest.objects.exclude(request_state="COMPLETED").exists():
+        while unfinished(requests):
             execution.dispatch_ready_nodes(owner=owner, limit=10_000)
             execution.observe_submitted_nodes(owner=owner, limit=10_000)
             execution.recover_unknown_nodes(owner=owner, limit=10_000)
     elapsed = time.perf_counter() - started
     venue = VENUE.seconds - venue_before
-    transitions = MovementEvent.objects.filter(kind="transition").count() - events_before
-    node_transitions = (
-        MovementEvent.objects.filter(kind="transition", node__isnull=False).count()
-        - node_events_before
-    )
+    node_transitions = node_transitions_since(watermark).count()
     return {
         "elapsed": elapsed,
-        "movements_per_s": n / elapsed,
-        "transitions": transitions,
         "node_transitions": node_transitions,
-        "node_transitions_per_s": node_transitions / elapsed,
-        "all_transitions_per_s": transitions / elapsed,
-        "queries": counter.count,
-        "queries_per_node_transition": counter.count / node_transitions,
-        "venue_seconds": venue,
-        "venue_queries": counter.in_venue,
-        "service_seconds": elapsed - venue,
-        "service_node_transitions_per_s": node_transitions / (elapsed - venue),
-        "service_queries_per_node_transition": (counter.count - counter.in_venue)
-        / node_transitions,
+        "rate": node_transitions / elapsed,
+        "service_rate": node_transitions / (elapsed - venue),
+        "queries_per_transition": counter.count / node_transitions,
+        "service_queries_per_transition": (counter.count - counter.in_venue) / node_transitions,
     }
 
+
+# --- the bare SQL ------------------------------------------------------------------------
 
 BARE_SQL = [
     "SELECT id, node_state FROM movements_movementrequestnode WHERE id = %s FOR UPDATE",
@@ -169,27 +252,43 @@ BARE_SQL = [
     "UPDATE movements_movementrequest SET updated_at = now() WHERE id = %s",
 ]
 
+# The same transaction for pgbench (node ids drawn at random among the completed nodes; the
+# node keeps its state, which costs the same row version as a new one).
+PGBENCH_SCRIPT = """\\set nid random(:minid, :maxid)
+BEGIN;
+SELECT id, node_state FROM movements_movementrequestnode WHERE id = :nid FOR UPDATE;
+UPDATE movements_movementrequestnode SET node_state = node_state, state_changed_at = now(),
+  updated_at = now() WHERE id = :nid;
+INSERT INTO movements_movementevent (request_id, node_id, node_key, kind, old_state, new_state,
+  actor_type, actor_id, detail, created_at, chain_hash)
+  SELECT request_id, id, node_key, 'transition', node_state, node_state, 'system', 'bench',
+  '{"bench": true}', now(), encode(sha256(random()::text::bytea), 'hex')
+  FROM movements_movementrequestnode WHERE id = :nid;
+UPDATE movements_movementrequest SET updated_at = now()
+  WHERE id = (SELECT request_id FROM movements_movementrequestnode WHERE id = :nid);
+END;
+"""
 
-def run_bare_sql(count: int) -> dict:
-    """Time the bare SQL on 200 of the nodes, then put their states back as they were."""
+
+def conninfo() -> str:
     db = connection.settings_dict
-    conninfo = psycopg.conninfo.make_conninfo(
+    return psycopg.conninfo.make_conninfo(
         dbname=db["NAME"],
         user=db.get("USER") or None,
         password=db.get("PASSWORD") or None,
         host=db.get("HOST") or None,
         port=db.get("PORT") or None,
     )
-    nodes = list(
-        MovementRequestNode.objects.order_by("id").values_list(
-            "id", "request_id", "node_key", "node_state"
-        )[:200]
-    )
-    states = ("OBSERVING", "COMPLETED")
-    with psycopg.connect(conninfo) as conn:
+
+
+def _bare_loop(info: str, nodes: list, count: int, start_at: float, out) -> None:
+    with psycopg.connect(info) as conn:
+        while time.time() < start_at:
+            time.sleep(0.001)
         started = time.perf_counter()
+        states = ("OBSERVING", "COMPLETED")
         for i in range(count):
-            node_id, request_id, node_key, _ = nodes[i % len(nodes)]
+            node_id, request_id, node_key = nodes[i % len(nodes)]
             old, new = states[i % 2], states[(i + 1) % 2]
             with conn.transaction():
                 conn.execute(BARE_SQL[0], (node_id,))
@@ -208,149 +307,458 @@ def run_bare_sql(count: int) -> dict:
                     ),
                 )
                 conn.execute(BARE_SQL[3], (request_id,))
-        elapsed = time.perf_counter() - started
-        with conn.transaction():
-            for node_id, _, _, state in nodes:
-                conn.execute(
-                    "UPDATE movements_movementrequestnode SET node_state = %s WHERE id = %s",
-                    (state, node_id),
+        out.put(time.perf_counter() - started)
+
+
+def run_bare_sql(count: int, clients: int) -> dict:
+    """``count`` transitions per client on 200 completed nodes each (no two clients share a
+    node), each client its own process and connection; then the nodes get their states back."""
+    nodes = list(
+        MovementRequestNode.objects.filter(node_state="COMPLETED")
+        .order_by("id")
+        .values_list("id", "request_id", "node_key")[: 200 * clients]
+    )
+    if len(nodes) < 200 * clients:
+        raise BenchCheckFailed(f"{len(nodes)} completed nodes for {clients} bare-SQL clients")
+    info = conninfo()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    start_at = time.time() + 0.5
+    procs = [
+        context.Process(
+            target=_bare_loop, args=(info, nodes[i * 200 : (i + 1) * 200], count, start_at, out)
+        )
+        for i in range(clients)
+    ]
+    for proc in procs:
+        proc.start()
+    elapsed = [out.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join()
+    with psycopg.connect(info) as conn, conn.transaction():
+        conn.execute(
+            "UPDATE movements_movementrequestnode SET node_state = 'COMPLETED' WHERE id = ANY(%s)",
+            ([node[0] for node in nodes],),
+        )
+    return {"rate": count * clients / max(elapsed)}
+
+
+def run_pgbench(clients: int, seconds: float) -> dict | None:
+    pgbench = shutil.which("pgbench")
+    if pgbench is None:
+        return None
+    ids = MovementRequestNode.objects.filter(node_state="COMPLETED").aggregate(
+        low=django.db.models.Min("id"), high=Max("id")
+    )
+    db = connection.settings_dict
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write(PGBENCH_SCRIPT)
+    try:
+        done = subprocess.run(
+            [pgbench, "-n", "-c", str(clients), "-j", str(clients), "-T", str(int(seconds)),
+             "-f", script.name, "-D", f"minid={ids['low']}", "-D", f"maxid={ids['high']}",
+             "-h", db.get("HOST") or "127.0.0.1", "-p", str(db.get("PORT") or 5432),
+             "-U", db.get("USER") or "postgres", db["NAME"]],
+            capture_output=True, text=True, timeout=seconds + 60,
+        )  # fmt: skip
+    finally:
+        os.unlink(script.name)
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", done.stdout)
+    if done.returncode or tps is None:
+        raise BenchCheckFailed(f"pgbench failed: {done.stdout[-800:]} {done.stderr[-800:]}")
+    return {"rate": float(tps[1])}
+
+
+# --- real worker processes ---------------------------------------------------------------
+
+
+def procfile_line(name: str) -> str:
+    return next(
+        line.split(":", 1)[1].strip()
+        for line in (ROOT / "Procfile").read_text().splitlines()
+        if line.startswith(f"{name}:")
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Deployment:
+    """``count`` workers (each its own process, one node at a time: the solo pool) and beat,
+    from the Procfile's lines, on a fresh queue of the real broker."""
+
+    def __init__(self, count: int) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="qtg-bench-workers-"))
+        self.queue = f"perf_{uuid.uuid4().hex[:10]}"
+        db = connection.settings_dict
+        self.env = {
+            **{k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+            "DATABASE_URL": f"postgres://{db.get('USER') or 'postgres'}@"
+            f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}",
+            "CELERY_BROKER_URL": BROKER_URL,
+            "QTG_CELERY_QUEUE": self.queue,
+            "QTG_WORKER_POOL": "solo",
+            "QTG_WORKER_CONCURRENCY": "1",
+            "QTG_TICK_SECONDS": TICK_SECONDS,
+            "QTG_VAR_DIR": str(self.tmp),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.workers = [
+            self._start(f"{procfile_line('worker')} -n {self.queue}-{i}@%h", f"worker-{i}")
+            for i in range(count)
+        ]
+        self._wait_ready()
+        # Ready workers wait for beat's first tick using no CPU: what they use from here on
+        # is the run's.
+        self.cpu_before = [cpu_seconds(w.pid) for w in self.workers]
+        self.busy: list[float] = []
+        self.beat = self._start(procfile_line("beat"), "beat")
+
+    def _start(self, command: str, name: str) -> subprocess.Popen:
+        with (self.tmp / f"{name}.log").open("w") as log:
+            return subprocess.Popen(
+                ["bash", "-c", f"exec {command}"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        for i, worker in enumerate(self.workers):
+            log = self.tmp / f"worker-{i}.log"
+            while " ready." not in log.read_text():
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise BenchCheckFailed(f"worker {i} did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+
+    def wait_done(self, requests: list[MovementRequest], timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while unfinished(requests):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.workers):
+                left = unfinished(requests)
+                self.stop()
+                raise BenchCheckFailed(
+                    f"{left} of {len(requests)} movements unfinished; logs in {self.tmp}"
                 )
-    return {"count": count, "elapsed": elapsed, "transitions_per_s": count / elapsed}
+            time.sleep(0.25)
+        used = [
+            cpu_seconds(w.pid) - before
+            for w, before in zip(self.workers, self.cpu_before, strict=True)
+        ]
+        # From the first node transition the workers wrote (the first tick's work) to done.
+        first = MovementEvent.objects.filter(
+            request__in=requests,
+            kind="transition",
+            node__isnull=False,
+            actor_id__startswith="worker:",
+        ).aggregate(first=django.db.models.Min("created_at"))["first"]
+        wall = time.time() - first.timestamp()
+        self.busy = [seconds / wall for seconds in used]
+
+    def stop(self) -> None:
+        for process in [*self.workers, getattr(self, "beat", None)]:
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in [*self.workers, getattr(self, "beat", None)]:
+            if process is None:
+                continue
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        try:
+            import redis
+
+            redis.Redis.from_url(BROKER_URL).delete(self.queue)
+        except Exception as exc:  # the queue is unique to the run: a leftover is harmless
+            print(f"(could not delete broker queue {self.queue}: {exc})")
+        if os.environ.get("QTG_BENCH_KEEP_LOGS"):
+            print(f"(worker logs kept in {self.tmp})")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def worker_rate(watermark: int) -> tuple[int, float]:
+    """Node transitions the workers wrote since ``watermark``, per second from the first to
+    the last (start-up and shut-down are not in it)."""
+    events = node_transitions_since(watermark)
+    span = events.aggregate(first=django.db.models.Min("created_at"), last=Max("created_at"))
+    count = events.count()
+    seconds = (span["last"] - span["first"]).total_seconds() if count > 1 else 0
+    if not seconds:
+        raise BenchCheckFailed(f"the workers wrote {count} node transitions")
+    return count, count / seconds
+
+
+def run_workers(count: int, n: int, label: str) -> dict:
+    requests = setup_movements(n, label)
+    watermark = event_watermark()
+    deployment = Deployment(count)
+    try:
+        deployment.wait_done(requests)
+    finally:
+        deployment.stop()
+    transitions, rate = worker_rate(watermark)
+    return {"rate": rate, "node_transitions": transitions, "busy": deployment.busy}
+
+
+def run_latency(count: int, movements_per_s: float, seconds: float, label: str) -> dict:
+    """Approve movements at ``movements_per_s`` through the services while ``count`` workers
+    run them; the latencies of the approves and of the workers' node transitions."""
+    _, approver = bench_users()
+    n = max(10, int(movements_per_s * seconds))
+    requests = create_movements(n, label)
+    watermark = event_watermark()
+    deployment = Deployment(count)
+    approves = []
+    try:
+        started = time.perf_counter()
+        for i, request in enumerate(requests):
+            wait = started + i / movements_per_s - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            t0 = time.perf_counter()
+            movement_approve(request=request, actor=approver)
+            approves.append(time.perf_counter() - t0)
+        offered = n / (time.perf_counter() - started)
+        deployment.wait_done(requests)
+    finally:
+        deployment.stop()
+    halves = claim_to_result(watermark)
+    transitions = halves.pop("total")
+    if len(transitions) < n:
+        raise BenchCheckFailed(f"{len(transitions)} dispatches measured for {n} movements")
+    return {
+        "approves": approves,
+        "transitions": transitions,
+        "halves": halves,
+        "offered": offered,
+        "n": n,
+    }
+
+
+def claim_to_result(watermark: int) -> dict[str, list[float]]:
+    """Per dispatch of an action node: its claim (READY -> PREPARING) to the result of its
+    submit written (the node's next event that leaves PREPARING/SUBMITTING), and the two
+    halves: claim to SUBMITTING (prepare, the compare-and-set) and SUBMITTING to the result
+    (the submit, then the batch's result write)."""
+    rows = (
+        node_transitions_since(watermark)
+        .filter(node__kind="ACTION")
+        .order_by("node_id", "pk")
+        .values_list("node_id", "old_state", "new_state", "created_at")
+    )
+    latencies: dict[str, list[float]] = {"total": [], "to_submitting": [], "to_result": []}
+    claimed, submitting = {}, {}
+    for node_id, old, new, at in rows:
+        if old == "READY" and new == "PREPARING":
+            claimed[node_id] = at
+        elif node_id in claimed and new == "SUBMITTING":
+            submitting[node_id] = at
+            latencies["to_submitting"].append((at - claimed[node_id]).total_seconds())
+        elif node_id in claimed and new != "PREPARING":
+            latencies["total"].append((at - claimed.pop(node_id)).total_seconds())
+            if node_id in submitting:
+                latencies["to_result"].append((at - submitting.pop(node_id)).total_seconds())
+    return latencies
+
+
+# --- the sitting -------------------------------------------------------------------------
+
+
+def spread(values: list[float], fmt: str = "{:.1f}") -> str:
+    """min / median / max."""
+    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+
+def verdict(ok: bool) -> str:
+    return "holds" if ok else "MISSES"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--movements", type=int, default=150, help="per run")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes to compare")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs of each figure")
+    parser.add_argument("--bare", type=int, default=1500, help="bare-SQL transitions per client")
+    parser.add_argument("--pgbench-seconds", type=float, default=4)
+    parser.add_argument("--latency-seconds", type=float, default=20)
+    parser.add_argument("--profile", action="store_true", help="cProfile the lane in-process")
+    parser.add_argument(
+        "--peak", type=float, help="skip the throughput runs: latency at half this peak"
+    )
+    args = parser.parse_args()
+    if not settings.DB_IS_POSTGRES:
+        raise BenchCheckFailed("the benchmark runs on PostgreSQL: set DATABASE_URL")
+    if args.workers < 2 or args.repeat < 1:
+        raise BenchCheckFailed("--workers is at least 2 and --repeat at least 1")
+    real_name = connection.settings_dict["NAME"]
+    # Its own scratch database: never the one a concurrent test run is using.
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_bench"
+    database = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    try:
+        if args.profile:
+            profile(args.movements)
+            return
+        sitting(args, database)
+    finally:
+        connection.creation.destroy_test_db(real_name, verbosity=0)
+
+
+def sitting(args, database: str) -> None:
+    n, workers = args.movements, args.workers
+    print(f"database             {database} (PostgreSQL, scratch, dropped afterwards)")
+    print(
+        f"per run              {n} movements through cex_to_cex (3 nodes) with the sandbox; "
+        f"claim batch {settings.QTG_CLAIM_BATCH}"
+    )
+    print(
+        f"worker processes     Procfile worker line, solo pool; beat every {TICK_SECONDS} s; "
+        f"broker {BROKER_URL.rsplit('@', 1)[-1]}"
+    )
+    print(f"repeats              {args.repeat}, interleaved; figures are min / median / max")
+    # Warm-up, and nodes for the bare SQL to work on; then planner statistics (autovacuum
+    # would gather them within a minute in a running system).
+    setup_movements(max(n, 200 * workers // 3 + 1), "warm")
+    run_services_quiet(max(n, 200 * workers // 3 + 1))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    if args.peak:
+        latency_at_half(args, args.peak, per_movement=15)
+        return
+    rows: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        rows.setdefault(name, []).append(value)
+
+    queries = []
+    for r in range(args.repeat):
+        started = time.perf_counter()
+        lane = run_services(setup_movements(n, f"lane-{r}"))
+        queries.append(lane["service_queries_per_transition"])
+        add("lane", lane["rate"])
+        add("service", lane["service_rate"])
+        add("bare1", run_bare_sql(args.bare, 1)["rate"])
+        add("bareN", run_bare_sql(args.bare, workers)["rate"])
+        for clients in (1, workers):
+            result = run_pgbench(clients, args.pgbench_seconds)
+            if result is not None:
+                add(f"pgbench{clients}", result["rate"])
+        one = run_workers(1, n, f"w1-{r}")
+        many = run_workers(workers, n, f"wN-{r}")
+        add("w1", one["rate"])
+        add("wN", many["rate"])
+        add("busy1", statistics.mean(one["busy"]))
+        add("busyN", statistics.mean(many["busy"]))
+        add("service_ratio", lane["service_rate"] / rows["bare1"][-1])
+        add("lane_ratio", lane["rate"] / rows["bare1"][-1])
+        add("scaling", many["rate"] / one["rate"])
+        print(
+            f"  repeat {r + 1}: lane {lane['rate']:.0f}/s (service {lane['service_rate']:.0f}/s), "
+            f"bare {rows['bare1'][-1]:.0f}/s, 1 worker {one['rate']:.0f}/s, "
+            f"{workers} workers {many['rate']:.0f}/s ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+    print()
+    print("node transitions/s   min / median / max")
+    print(f"bare psycopg, 1      {spread(rows['bare1'])}  (lock node, update node, insert event,")
+    print(f"bare psycopg, {workers:<6} {spread(rows['bareN'])}   update request; one txn each)")
+    for clients in (1, workers):
+        if f"pgbench{clients}" in rows:
+            print(f"pgbench, {clients:<11} {spread(rows[f'pgbench{clients}'])}  (same statements)")
+    if "pgbench1" not in rows:
+        print("pgbench              not installed (apt-get install postgresql-contrib)")
+    print(f"lane in-process      {spread(rows['lane'])}  end to end, one worker's services")
+    print(f"  service layer      {spread(rows['service'])}  without the time inside venue calls")
+    print(f"  statements         {statistics.median(queries):.2f} per node transition (services)")
+    print(f"1 worker process     {spread(rows['w1'])}  end to end, beat + broker")
+    print(f"{workers} worker processes   {spread(rows['wN'])}")
+    print(
+        f"  worker CPU         1 worker busy {spread(rows['busy1'], '{:.0%}')} of the run; each "
+        f"of {workers}: {spread(rows['busyN'], '{:.0%}')} (CPU time of the worker process / "
+        f"wall time from its start to the last movement done)"
+    )
+    print()
+    ok_service = statistics.median(rows["service_ratio"]) >= SERVICE_RATIO_TARGET
+    print(
+        f"service / bare       {spread(rows['service_ratio'], '{:.2f}')}  "
+        f"(target >= {SERVICE_RATIO_TARGET} median: {verdict(ok_service)}); end to end "
+        f"{spread(rows['lane_ratio'], '{:.2f}')}"
+    )
+    ok_scaling = statistics.median(rows["scaling"]) >= SCALING_TARGET
+    bare_scaling = statistics.median(rows["bareN"]) / statistics.median(rows["bare1"])
+    print(
+        f"{workers} workers / 1        {spread(rows['scaling'], '{:.2f}')}  "
+        f"(target >= {SCALING_TARGET} median, end to end: {verdict(ok_scaling)}); "
+        f"bare SQL {workers} / 1 clients: {bare_scaling:.2f}"
+    )
+    latency_at_half(args, statistics.median(rows["wN"]), lane["node_transitions"] / n)
+
+
+def latency_at_half(args, peak: float, per_movement: float) -> None:
+    workers = args.workers
+    rate = peak / 2 / per_movement
+    print()
+    print(
+        f"latency              {workers} workers at half the peak ({peak / 2:.0f} node "
+        f"transitions/s = {rate:.1f} movements/s approved, {args.latency_seconds:.0f} s)"
+    )
+    latency = run_latency(workers, rate, args.latency_seconds, "latency")
+    transitions = [t * 1000 for t in latency["transitions"]]
+    approves = [t * 1000 for t in latency["approves"]]
+    p99_t, p99_a = percentile(transitions, 0.99), percentile(approves, 0.99)
+    print(
+        f"node transition      p50 {percentile(transitions, 0.5):.1f} ms  p95 "
+        f"{percentile(transitions, 0.95):.1f} ms  p99 {p99_t:.1f} ms  ({len(transitions)} "
+        f"dispatches, claim to result written; target p99 < {TRANSITION_P99_TARGET_MS} ms: "
+        f"{verdict(p99_t < TRANSITION_P99_TARGET_MS)})"
+    )
+    for name, label in (("to_submitting", "claim to SUBMITTING"), ("to_result", "SUBMITTING on")):
+        half = [t * 1000 for t in latency["halves"][name]]
+        if half:
+            print(
+                f"  {label:<20}p50 {percentile(half, 0.5):.1f} ms  p95 "
+                f"{percentile(half, 0.95):.1f} ms  p99 {percentile(half, 0.99):.1f} ms"
+            )
+    print(
+        f"operator approve     p50 {percentile(approves, 0.5):.1f} ms  p95 "
+        f"{percentile(approves, 0.95):.1f} ms  p99 {p99_a:.1f} ms  ({len(approves)} approves, "
+        f"{latency['offered']:.1f}/s; target p99 < {APPROVE_P99_TARGET_MS} ms: "
+        f"{verdict(p99_a < APPROVE_P99_TARGET_MS)})"
+    )
+
+
+def run_services_quiet(n: int) -> None:
+    owner = execution.worker_identity()
+    while MovementRequest.objects.filter(request_state__in=("APPROVED", "EXECUTING")).exists():
+        execution.dispatch_ready_nodes(owner=owner, limit=10_000)
+        execution.observe_submitted_nodes(owner=owner, limit=10_000)
+        execution.recover_unknown_nodes(owner=owner, limit=10_000)
 
 
 def profile(n: int) -> None:
     import cProfile
     import pstats
 
-    setup_movements(n)
+    requests = setup_movements(n, "profile")
     cProfile.runctx(
-        "run_services(n)", globals(), {"n": n, "run_services": run_services}, "/tmp/qtg-bench.prof"
+        "run_services(requests)",
+        globals(),
+        {"requests": requests, "run_services": run_services},
+        "/tmp/qtg-bench.prof",
     )
     pstats.Stats("/tmp/qtg-bench.prof").sort_stats(
         os.environ.get("QTG_BENCH_PROFILE_SORT", "cumulative")
     ).print_stats(int(os.environ.get("QTG_BENCH_PROFILE_LINES", "45")))
-
-
-def _reset_for_cycle() -> None:
-    """After the bare-SQL run (which wrote states without the tables), give the sample nodes a
-    state on the READY <-> PREPARING cycle. Scratch data only."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE movements_movementrequestnode SET node_state = 'READY' "
-            "WHERE node_key = 'withdraw'"
-        )
-
-
-def run_service_transition(count: int) -> dict:
-    """The same single transition as the bare SQL, one transaction each, through the services
-    an operator's action uses (no batching): lock the node with its request,
-    ``set_node_state`` (guarded update + audit event), touch the request (``save_fields``).
-    READY <-> PREPARING is the one legal cycle of the node table."""
-    from django.db import transaction
-
-    from movements.services import save_fields, set_node_state
-
-    actor = Actor.system("bench")
-    ids = list(
-        MovementRequestNode.objects.filter(node_key="withdraw").values_list("id", flat=True)[:200]
-    )
-    started = time.perf_counter()
-    for i in range(count):
-        with transaction.atomic():
-            node = (
-                MovementRequestNode.objects.select_related("request")
-                .select_for_update(of=("self", "request"))
-                .get(pk=ids[i % len(ids)])
-            )
-            target = "PREPARING" if node.node_state == "READY" else "READY"
-            set_node_state(node=node, new_state=target, actor=actor, detail={"bench": True})
-            save_fields(node.request, [])
-    elapsed = time.perf_counter() - started
-    return {"count": count, "elapsed": elapsed, "transitions_per_s": count / elapsed}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--movements", type=int, default=300)
-    parser.add_argument("--bare", type=int, default=3000, help="bare-SQL transitions to time")
-    parser.add_argument("--profile", action="store_true", help="cProfile the services instead")
-    args = parser.parse_args()
-    if not settings.DB_IS_POSTGRES:
-        sys.exit("the benchmark runs on PostgreSQL: set DATABASE_URL")
-    real_name = connection.settings_dict["NAME"]
-    # Its own scratch database: never the one a concurrent test run is using.
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_bench"
-    args.database = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        t0 = time.perf_counter()
-        if args.profile:
-            profile(args.movements)
-            return
-        setup_movements(args.movements)
-        setup_elapsed = time.perf_counter() - t0
-        # A fresh database has no planner statistics (autovacuum would gather them within a
-        # minute in a running system): without them the claim query plans a nested loop.
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
-        # The bare SQL is timed before and after the lane and the faster run is used, so
-        # noise on this machine can only make the ratio look worse, never better.
-        bare_before = run_bare_sql(args.bare)
-        services = run_services(args.movements)
-        assert not MovementRequest.objects.exclude(request_state="COMPLETED").exists()
-        bare_after = run_bare_sql(args.bare)
-        bare = max(bare_before, bare_after, key=lambda run: run["transitions_per_s"])
-        _reset_for_cycle()
-        single = run_service_transition(args.bare)
-    finally:
-        connection.creation.destroy_test_db(real_name, verbosity=0)
-    report(args, setup_elapsed, services, bare, single)
-
-
-def report(args, setup_elapsed: float, services: dict, bare: dict, single: dict) -> None:
-    bare_rate = bare["transitions_per_s"]
-    lane_ratio = services["node_transitions_per_s"] / bare_rate
-    service_ratio = services["service_node_transitions_per_s"] / bare_rate
-    print(f"database            {args.database} (PostgreSQL, scratch, dropped afterwards)")
-    print(f"movements           {args.movements} through cex_to_cex (3 nodes) with the sandbox")
-    print(f"setup               {setup_elapsed:.2f} s to create and approve (not in the rates)")
-    print(
-        f"execution           {services['elapsed']:.2f} s, one worker, in-process services, "
-        f"claim batch {settings.QTG_CLAIM_BATCH}"
-    )
-    print(
-        f"  in the venue      {services['venue_seconds']:.2f} s inside {VENUE.calls} sandbox "
-        f"executor calls ({services['venue_queries']} of the statements)"
-    )
-    print(f"  service layer     {services['service_seconds']:.2f} s (the rest)")
-    print(f"movements/s         {services['movements_per_s']:.1f}")
-    print(
-        f"node transitions/s  {services['node_transitions_per_s']:.1f} end to end "
-        f"({services['node_transitions']} node transitions; "
-        f"{services['all_transitions_per_s']:.1f}/s counting request transitions too)"
-    )
-    print(
-        f"                    {services['service_node_transitions_per_s']:.1f} in the service "
-        f"layer's own time (execution minus the time inside venue calls)"
-    )
-    print(
-        f"queries/transition  {services['queries_per_node_transition']:.2f} "
-        f"({services['queries']} statements, incl. sandbox venue and observation polls); "
-        f"{services['service_queries_per_node_transition']:.2f} are the service layer's"
-    )
-    print(
-        f"bare SQL            {bare_rate:.1f} transitions/s "
-        f"({bare['count']} x lock node, update node, insert event, update request; psycopg; "
-        f"the faster of a run before and one after the lane)"
-    )
-    print(
-        f"ratio               {lane_ratio:.2f} end to end; {service_ratio:.2f} service layer "
-        f"(target >= 0.5)"
-    )
-    print(
-        f"one at a time       {single['transitions_per_s']:.1f} transitions/s, ratio "
-        f"{single['transitions_per_s'] / bare_rate:.2f} (the bare SQL's work as an operator's "
-        f"action does it: one transaction per transition, ORM lock, no batching)"
-    )
 
 
 if __name__ == "__main__":

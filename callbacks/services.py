@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from callbacks import signing
@@ -43,8 +43,8 @@ from callbacks.models import (
 from callbacks.targets import TargetRefused, pin_target_url
 from movements.interface import (
     MovementRequest,
-    after_writes,
-    movement_payload,
+    after_writes_together,
+    movement_payloads,
     movement_visible_to,
 )
 from qtg.core.actors import Actor
@@ -161,17 +161,25 @@ def _receives(subscription: Subscription, request: MovementRequest, event_type: 
     return subscription.owner_id is None or movement_visible_to(subscription.owner, request)
 
 
-def _next_sequence(request: MovementRequest) -> int:
+def _last_sequences(request_ids: set[Any]) -> dict[Any, int]:
     # Every state change, and so every event, happens under the movement's row lock (the
     # outbox's contract): its events are numbered one at a time, so the sequence a receiver
     # sorts by never repeats and never goes back (a unique constraint holds it to that).
-    last = (
-        Event.objects.filter(request_id=request.pk)
-        .order_by("-sequence")
-        .values_list("sequence", flat=True)
-        .first()
+    return dict(
+        Event.objects.filter(request_id__in=request_ids)
+        .values("request_id")
+        .annotate(last=Max("sequence"))
+        .values_list("request_id", "last")
     )
-    return (last or 0) + 1
+
+
+@dataclass
+class _Enqueued:
+    request: MovementRequest
+    event_type: str
+    data: dict[str, Any] | None
+    occurred_at: Any
+    recorded: list[Delivery]
 
 
 def callback_enqueue(
@@ -180,26 +188,45 @@ def callback_enqueue(
     """Record the event (for the feed) and a delivery for every active subscription that
     wants it, in the caller's transaction; delivery tasks are queued, and the event is
     published to the feed, only after it commits. Inside a worker's write batch the event is
-    recorded when the batch has written its rows (its payload shows the movement as written);
-    the deliveries are returned when recorded at once."""
+    recorded when the batch has written its rows (its payload shows the movement as written;
+    the batch's events read their movements together); the deliveries are returned when
+    recorded at once."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown callback event type {event_type!r}")
-    occurred_at = timezone.now()
     recorded: list[Delivery] = []
-    after_writes(
-        lambda: recorded.extend(
-            _record_event(
-                request=request, event_type=event_type, data=data, occurred_at=occurred_at
-            )
-        )
+    after_writes_together(
+        _record_events, _Enqueued(request, event_type, data, timezone.now(), recorded)
     )
     return recorded
 
 
+def _record_events(enqueued: list[_Enqueued]) -> None:
+    payloads = movement_payloads([item.request for item in enqueued])
+    sequences = _last_sequences({item.request.pk for item in enqueued})
+    for item in enqueued:
+        sequence = sequences.get(item.request.pk, 0) + 1
+        sequences[item.request.pk] = sequence
+        item.recorded.extend(
+            _record_event(
+                request=item.request,
+                event_type=item.event_type,
+                data=item.data,
+                occurred_at=item.occurred_at,
+                payload=payloads[item.request.pk],
+                sequence=sequence,
+            )
+        )
+
+
 def _record_event(
-    *, request: MovementRequest, event_type: str, data: dict[str, Any] | None, occurred_at
+    *,
+    request: MovementRequest,
+    event_type: str,
+    data: dict[str, Any] | None,
+    occurred_at,
+    payload: dict[str, Any],
+    sequence: int,
 ) -> list[Delivery]:
-    sequence = _next_sequence(request)
     event = Event(
         event_id=uuid.uuid4(),
         request=request,
@@ -211,11 +238,11 @@ def _record_event(
         event_id=event.event_id,
         event_type=event_type,
         occurred_at=occurred_at,
-        data={**movement_payload(request), "sequence": sequence},
+        data={**payload, "sequence": sequence},
         context=data or {},
     )
     event.save()
-    transaction.on_commit(_publish_quietly)
+    _publish_after_commit()
     subscriptions = [s for s in _active_subscriptions() if _receives(s, request, event_type)]
     if not subscriptions:
         return []
@@ -261,6 +288,18 @@ def events_publish(*, limit: int = 1000) -> int:
             Event.objects.bulk_update(events, ["position"])
             counter.save(update_fields=["last_position"])
     return len(events)
+
+
+def _publish_after_commit() -> None:
+    """Publish once the transaction commits: once per transaction, since one publish gives
+    every committed event its position (a worker's batch records many events)."""
+    connection = transaction.get_connection()
+    # A hook already registered is dropped only by rolling back a savepoint that is still
+    # open, i.e. one this event is inside too (released savepoints can no longer roll back):
+    # wherever it was asked for, it publishes this event as well, or neither exists.
+    if any(func is _publish_quietly for _, func, _ in connection.run_on_commit):
+        return
+    transaction.on_commit(_publish_quietly)
 
 
 def _publish_quietly() -> None:

@@ -87,10 +87,24 @@ def _require(name: str, app: str) -> Any:
 def movement_payload(movement: MovementRequest) -> dict[str, Any]:
     """The movement exactly as ``GET /api/v1/movements/{id}/`` shows it (read in the caller's
     transaction, so it is the state just written)."""
-    from movements.api.selectors import movements_with_details
-    from movements.api.serializers import MovementSerializer
+    return movement_payloads([movement])[movement.pk]
 
-    return dict(MovementSerializer(movements_with_details().get(pk=movement.pk)).data)
+
+def movement_payloads(movements: list[MovementRequest]) -> dict[Any, dict[str, Any]]:
+    """``movement_payload`` of several movements, read together (by movement id)."""
+    from movements.api.selectors import movements_with_details
+    from movements.api.serializers import MovementSerializer, shared_serializer
+
+    serializer = shared_serializer(MovementSerializer)
+    read = movements_with_details().filter(pk__in={movement.pk for movement in movements})
+    return {movement.pk: dict(serializer.to_representation(movement)) for movement in read}
+
+
+def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
+    """``after_writes`` for hooks that do better together (see the writers' docstring)."""
+    from movements.services.writers import after_writes_together as run_together
+
+    run_together(fn, item)
 
 
 def after_writes(hook: Callable[[], Any]) -> None:
@@ -165,10 +179,12 @@ __all__ = [
     "ReservationLedger",
     "add_movement_page_inline",
     "after_writes",
+    "after_writes_together",
     "callbacks",
     "embedded_services",
     "movement_page_inlines",
     "movement_payload",
+    "movement_payloads",
     "movement_visible_to",
     "movements_visible_to",
     "provide_callbacks",

@@ -92,7 +92,16 @@ WSGI_APPLICATION = "qtg.wsgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # Persistent connections: a web request or a worker's task re-uses its process's
+    # connection (checked before use) instead of opening one each time, which on PostgreSQL
+    # costs more than most of the statements sent over it. 0 closes it after each.
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL,
+            conn_max_age=int(os.environ.get("QTG_DB_CONN_MAX_AGE", "60")),
+            conn_health_checks=True,
+        )
+    }
 else:
     DATABASES = {
         "default": {

@@ -80,9 +80,32 @@ def hardcap_used_24h(*, hardcap: Hardcap, now=None) -> Decimal:
     )
 
 
+def _cap_sums(cap: Hardcap, now) -> tuple[Decimal, Decimal]:
+    """In flight (HELD) and used over the last 24 hours (HELD + CONSUMED) in the cap's scope,
+    in one query: it runs under the cap's row lock, which every hold of the scope queues on."""
+    qs = Reservation.objects.filter(asset=cap.asset)
+    if cap.source:
+        qs = qs.filter(source=cap.source)
+    since = now - VELOCITY_WINDOW
+    sums = qs.aggregate(
+        in_flight=Coalesce(Sum("amount", filter=Q(state=ReservationState.HELD)), ZERO),
+        used=Coalesce(
+            Sum(
+                "amount",
+                filter=Q(
+                    state__in=(ReservationState.HELD, ReservationState.CONSUMED),
+                    held_at__gte=since,
+                ),
+            ),
+            ZERO,
+        ),
+    )
+    return sums["in_flight"], sums["used"]
+
+
 def _check(cap: Hardcap, amount: Decimal, now) -> None:
     scope = {"hardcap": cap.pk, "scope": cap.scope_label, "asked": format_amount(amount)}
-    in_flight = hardcap_in_flight(hardcap=cap)
+    in_flight, used = _cap_sums(cap, now)
     if in_flight + amount > cap.max_in_flight:
         figures = {"cap": format_amount(cap.max_in_flight), "in_flight": format_amount(in_flight)}
         raise ReservationRefused(
@@ -92,21 +115,19 @@ def _check(cap: Hardcap, amount: Decimal, now) -> None:
             f"{figures['in_flight']} already in flight, the cap is {figures['cap']}",
             operator_details=figures,
         )
-    if cap.max_per_24h is not None:
-        used = hardcap_used_24h(hardcap=cap, now=now)
-        if used + amount > cap.max_per_24h:
-            figures = {
-                "limit_24h": format_amount(cap.max_per_24h),
-                "used_24h": format_amount(used),
-            }
-            raise ReservationRefused(
-                f"{cap} refuses {scope['asked']} {cap.asset}: its 24-hour limit has no room now",
-                details=scope,
-                operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
-                f"{figures['used_24h']} reserved in the last 24 hours, the 24-hour limit is "
-                f"{figures['limit_24h']}",
-                operator_details=figures,
-            )
+    if cap.max_per_24h is not None and used + amount > cap.max_per_24h:
+        figures = {
+            "limit_24h": format_amount(cap.max_per_24h),
+            "used_24h": format_amount(used),
+        }
+        raise ReservationRefused(
+            f"{cap} refuses {scope['asked']} {cap.asset}: its 24-hour limit has no room now",
+            details=scope,
+            operator_message=f"{cap} refuses {scope['asked']} {cap.asset}: "
+            f"{figures['used_24h']} reserved in the last 24 hours, the 24-hour limit is "
+            f"{figures['limit_24h']}",
+            operator_details=figures,
+        )
 
 
 def _record(
@@ -145,11 +166,9 @@ def client_pending_limits(user) -> PendingLimits:
     generous of its groups' (field by field), else the settings."""
     count = settings.QTG_CLIENT_MAX_PENDING_COUNT
     share = Decimal(str(settings.QTG_CLIENT_MAX_PENDING_SHARE))
-    own = ClientLimit.objects.filter(user=user).first()
-    if own is not None:
-        rows = [own]
-    else:
-        rows = list(ClientLimit.objects.filter(group__in=user.groups.all()))
+    found = list(ClientLimit.objects.filter(Q(user=user) | Q(group__in=user.groups.all())))
+    own = [row for row in found if row.user_id == user.pk]
+    rows = own[:1] or [row for row in found if row.user_id is None]
     counts = [row.max_pending_count for row in rows if row.max_pending_count is not None]
     shares = [row.max_pending_share for row in rows if row.max_pending_share is not None]
     return PendingLimits(max(counts) if counts else count, max(shares) if shares else share)
@@ -185,23 +204,38 @@ def pending_holds_by_client(*, hardcap: Hardcap) -> list[dict[str, Any]]:
     )
 
 
-def _check_client(request: MovementRequest, caps: list[Hardcap], amount: Decimal) -> None:
+def _check_client(
+    request: MovementRequest, caps: list[Hardcap], amount: Decimal, limits: PendingLimits | None
+) -> None:
     """One client may not tie up the hardcaps with movements nobody approved yet."""
     user = request.created_by
     if user is None:
         return
-    limits = client_pending_limits(user)
+    # The count and each cap's share in one query (it runs under the caps' row locks).
     pending = client_pending_holds(user_id=user.pk).exclude(request=request)
-    count = pending.count()
+    sums = pending.aggregate(
+        count=Count("id"),
+        **{
+            f"held_{i}": Coalesce(
+                Sum(
+                    "amount",
+                    filter=Q(asset=cap.asset, **({"source": cap.source} if cap.source else {})),
+                ),
+                ZERO,
+            )
+            for i, cap in enumerate(caps)
+        },
+    )
+    count = sums["count"]
     if count >= limits.max_count:
         raise ReservationRefused(
             f"{limits.max_count} movements of yours already await approval: the most a client "
             f"may have waiting; approve, reject or cancel one first",
             details={"limit": "client_pending_count", "max_pending_count": limits.max_count},
         )
-    for cap in caps:
+    for i, cap in enumerate(caps):
         allowed = cap.max_in_flight * limits.max_share
-        held = _sum(client_pending_holds(user_id=user.pk, asset=cap.asset, source=cap.source))
+        held = sums[f"held_{i}"]
         if held + amount > allowed:
             raise ReservationRefused(
                 f"{cap} refuses {format_amount(amount)} {cap.asset}: your movements awaiting "
@@ -219,10 +253,6 @@ def _check_client(request: MovementRequest, caps: list[Hardcap], amount: Decimal
             )
 
 
-def _sum(qs) -> Decimal:
-    return qs.aggregate(total=Coalesce(Sum("amount"), ZERO))["total"]
-
-
 @transaction.atomic
 def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     """Hold the request's amount against its hardcaps; raise ReservationRefused (holding
@@ -230,6 +260,8 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     existing = Reservation.objects.filter(request=request).first()
     if existing is not None:
         return existing
+    # Read before the lock: the client's limits are configuration, not the caps' headroom.
+    limits = client_pending_limits(request.created_by) if request.created_by else None
     caps = hardcaps_for(asset=request.asset, source=request.source, lock=True)
     if not caps:
         raise ReservationRefused(
@@ -241,7 +273,7 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     now = timezone.now()
     for cap in caps:
         _check(cap, amount, now)
-    _check_client(request, caps, amount)
+    _check_client(request, caps, amount, limits)
     reservation = Reservation.objects.create(
         request=request, asset=request.asset, source=request.source, amount=amount, held_at=now
     )

@@ -4,6 +4,7 @@ The two are kept apart: input fields are strict about JSON types (see ``fields``
 fields describe the stored rows. Amounts are decimal strings both ways, never JSON numbers.
 """
 
+import functools
 from typing import Any
 
 from django.conf import settings
@@ -220,6 +221,15 @@ class ApprovalSerializer(serializers.Serializer):
     at = serializers.DateTimeField(help_text="When.")
 
 
+@functools.cache
+def shared_serializer(serializer_class: type, *, many: bool = False) -> serializers.BaseSerializer:
+    """One serializer of ``serializer_class`` per process, for ``to_representation`` only.
+    Building a ModelSerializer's fields costs more than representing a row with them, and
+    the outbox represents a movement with every callback event; these serializers read no
+    context and keep no state between calls."""
+    return serializer_class(many=many)
+
+
 class MovementSerializer(serializers.ModelSerializer):
     template = serializers.CharField(source="template_key")
     amount = serializers.SerializerMethodField()
@@ -269,9 +279,9 @@ class MovementSerializer(serializers.ModelSerializer):
         if entries is None:
             entries = movement.attentions.filter(resolved_at__isnull=True)
         now = timezone.now()
-        return AttentionSerializer(
-            [entry for entry in entries if entry.needs_someone(now)], many=True
-        ).data
+        return shared_serializer(AttentionSerializer, many=True).to_representation(
+            [entry for entry in entries if entry.needs_someone(now)]
+        )
 
     @extend_schema_field(OpenApiTypes.STR)
     def get_amount(self, movement: MovementRequest) -> str:
@@ -292,16 +302,15 @@ class MovementSerializer(serializers.ModelSerializer):
         """The approvals that count so far (an approval voided by a change is not listed);
         the movement is APPROVED once there are ``approvals_required`` of them and its
         policy's groups are covered."""
-        return ApprovalSerializer(
+        return shared_serializer(ApprovalSerializer, many=True).to_representation(
             [
                 {
                     "by": a.approved_by.get_username() if a.approved_by_id else a.approver,
                     "at": a.approved_at,
                 }
                 for a in valid_approvals(movement)
-            ],
-            many=True,
-        ).data
+            ]
+        )
 
     @extend_schema_field(ReservationSerializer(allow_null=True))
     def get_reservation(self, movement: MovementRequest) -> dict[str, str] | None:
@@ -316,7 +325,7 @@ class MovementSerializer(serializers.ModelSerializer):
         nodes = getattr(movement, "current_nodes_list", None)
         if nodes is None:
             nodes = current_nodes(movement)
-        return MovementNodeSerializer(nodes, many=True).data
+        return shared_serializer(MovementNodeSerializer, many=True).to_representation(nodes)
 
 
 class MovementEventSerializer(serializers.ModelSerializer):

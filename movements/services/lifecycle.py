@@ -69,8 +69,15 @@ from movements.services.progress import (
     refresh_frontier,
     start_roots,
 )
-from movements.services.state import record_event, save_fields, set_node_state, set_request_state
+from movements.services.state import (
+    batch,
+    record_event,
+    save_fields,
+    set_node_state,
+    set_request_state,
+)
 from movements.services.templates import route_template_current
+from movements.services.writers import RowWriter
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import (
@@ -150,12 +157,11 @@ def idempotency_keys_purge(*, now: datetime | None = None) -> int:
     ).update(idempotency_key=None)
 
 
-def _forget_expired_key(*, created_by: Any, idempotency_key: str) -> None:
+def _forget_expired_key(*, existing: MovementRequest) -> None:
     """A key past its retention is forgotten now, whether or not the purge ran yet."""
-    cutoff = timezone.now() - settings.QTG_IDEMPOTENCY_KEY_RETENTION
-    MovementRequest.objects.filter(
-        created_by=created_by, idempotency_key=idempotency_key, created_at__lt=cutoff
-    ).update(idempotency_key=None)
+    MovementRequest.objects.filter(pk=existing.pk, idempotency_key=existing.idempotency_key).update(
+        idempotency_key=None
+    )
 
 
 def _claim_key(*, created_by: Any, idempotency_key: str) -> None:
@@ -183,6 +189,9 @@ def _replay(*, created_by: Any, idempotency_key: str, fingerprint: str) -> Movem
     ).first()
     if existing is None:
         return None
+    if existing.created_at < timezone.now() - settings.QTG_IDEMPOTENCY_KEY_RETENTION:
+        _forget_expired_key(existing=existing)
+        return None
     if existing.request_fingerprint != fingerprint:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body",
@@ -192,7 +201,7 @@ def _replay(*, created_by: Any, idempotency_key: str, fingerprint: str) -> Movem
     return existing
 
 
-def _build_plan(request: MovementRequest, plan: Any) -> None:
+def _build_plan(request: MovementRequest, plan: Any) -> list[MovementRequestNode]:
     plan_nodes = {
         node.key: MovementPlanNode(
             request=request,
@@ -212,7 +221,7 @@ def _build_plan(request: MovementRequest, plan: Any) -> None:
         MovementPlanEdge(request=request, source=plan_nodes[s], target=plan_nodes[t])
         for s, t in plan.edges
     )
-    MovementRequestNode.objects.bulk_create(
+    return MovementRequestNode.objects.bulk_create(
         MovementRequestNode.attempt_of(plan_node, request=request)
         for plan_node in plan_nodes.values()
     )
@@ -282,7 +291,6 @@ def movement_create(
         expires_in=expires_in.total_seconds() if expires_in else None,
     )
     if idempotency_key:
-        _forget_expired_key(created_by=created_by, idempotency_key=idempotency_key)
         replay = _replay(
             created_by=created_by, idempotency_key=idempotency_key, fingerprint=fingerprint
         )
@@ -346,74 +354,96 @@ def _create(
         created_at=now,
         state_changed_at=now,
     )
-    record_event(
-        request=request,
-        actor=actor,
-        kind=MovementEvent.Kind.CREATED,
-        new_state=RequestState.RECEIVED,
-        detail={
-            "template": template,
-            "asset": asset,
-            "amount": str(amount),
-            "source": source,
-            "destination": destination,
-        },
-    )
-    route_template = route_template_current(template)
-    try:
-        if route_template is None:
-            raise TemplateInvalid(f"unknown route template {template!r}")
-        plan = compile_plan(
-            route_template.definition,
-            asset=asset,
-            amount=amount,
-            source=source,
-            destination=destination,
-            params=params,
+    # The row is this transaction's own (nobody else sees it yet): its events and changes
+    # are written together, with one chain-hash query and one row update.
+    with batch() as writer:
+        record_event(
+            request=request,
+            actor=actor,
+            kind=MovementEvent.Kind.CREATED,
+            new_state=RequestState.RECEIVED,
+            detail={
+                "template": template,
+                "asset": asset,
+                "amount": str(amount),
+                "source": source,
+                "destination": destination,
+            },
+            writer=writer,
         )
-        _validate_with_executors(
-            plan, asset=asset, amount=amount, source=source, destination=destination
-        )
-    except TemplateInvalid as exc:
-        return _fail_validation(request, actor, exc)
+        route_template = route_template_current(template)
+        try:
+            if route_template is None:
+                raise TemplateInvalid(f"unknown route template {template!r}")
+            plan = compile_plan(
+                route_template.definition,
+                asset=asset,
+                amount=amount,
+                source=source,
+                destination=destination,
+                params=params,
+            )
+            _validate_with_executors(
+                plan, asset=asset, amount=amount, source=source, destination=destination
+            )
+        except TemplateInvalid as exc:
+            return _fail_validation(request, actor, exc, writer=writer)
 
-    request.template = route_template
-    request.template_version = route_template.version
-    request.params = plan.params
-    apply_approval_policy(request)
-    save_fields(
-        request,
-        [
-            "template",
-            "template_version",
-            "params",
-            "approval_policy",
-            "approvals_required",
-            "approval_groups",
-        ],
-    )
-    standing, entry = standing_of(request)
-    if standing == Standing.NOT_ALLOWLISTED:
-        return _fail_validation(
+        request.template = route_template
+        request.template_version = route_template.version
+        request.params = plan.params
+        apply_approval_policy(request)
+        save_fields(
             request,
-            actor,
-            DestinationNotAllowlisted(
-                standing_message(request, standing, entry),
-                details={"destination": request.destination, "asset": request.asset},
-            ),
+            [
+                "template",
+                "template_version",
+                "params",
+                "approval_policy",
+                "approvals_required",
+                "approval_groups",
+            ],
+            writer=writer,
         )
+        standing, entry = standing_of(request)
+        if standing == Standing.NOT_ALLOWLISTED:
+            return _fail_validation(
+                request,
+                actor,
+                DestinationNotAllowlisted(
+                    standing_message(request, standing, entry),
+                    details={"destination": request.destination, "asset": request.asset},
+                ),
+                writer=writer,
+            )
     try:
-        interface.reservations().hold(request=request, actor=actor)
+        with transaction.atomic():
+            nodes = _build_plan(request, plan)
+            with batch() as writer:
+                set_request_state(
+                    request=request,
+                    new_state=RequestState.VALIDATED,
+                    actor=actor,
+                    detail={
+                        "plan": [node.key for node in plan.nodes],
+                        **requirement_detail(request),
+                    },
+                    nodes=nodes,
+                    writer=writer,
+                )
+                set_request_state(
+                    request=request,
+                    new_state=RequestState.PENDING_APPROVAL,
+                    actor=actor,
+                    nodes=nodes,
+                    writer=writer,
+                )
+            # The hold comes last: every create of the asset queues on its hardcap rows, which
+            # stay locked only for the hold's own statements and the commit. Refused, the
+            # plan and the two transitions above roll back with the savepoint.
+            interface.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
-        return _fail_validation(request, actor, exc)
-    _build_plan(request, plan)
-    set_request_state(
-        request=request,
-        new_state=RequestState.VALIDATED,
-        actor=actor,
-        detail={"plan": [node.key for node in plan.nodes], **requirement_detail(request)},
-    )
-    set_request_state(request=request, new_state=RequestState.PENDING_APPROVAL, actor=actor)
+        return _fail_validation(MovementRequest.objects.get(pk=request.pk), actor, exc)
     return request
 
 
@@ -438,7 +468,9 @@ def _validate_with_executors(
             raise TemplateInvalid(f"node {node.key!r}: {exc.message}") from exc
 
 
-def _fail_validation(request: MovementRequest, actor: Actor, exc: QTGError) -> MovementRequest:
+def _fail_validation(
+    request: MovementRequest, actor: Actor, exc: QTGError, *, writer: RowWriter | None = None
+) -> MovementRequest:
     # The event keeps the structured details as evidence; what only operators may read (the
     # platform-wide amount in flight) goes under OPERATOR_DETAIL, which the API leaves out.
     request.failure_reason = exc.message
@@ -452,6 +484,7 @@ def _fail_validation(request: MovementRequest, actor: Actor, exc: QTGError) -> M
         detail=detail,
         update_fields=["failure_reason"],
         nodes=[],
+        writer=writer,
     )
     return request
 

@@ -130,6 +130,7 @@ def set_node_state(
     detail: dict[str, Any] | None = None,
     update_fields: Iterable[str] = (),
     only_if: dict[str, Any] | None = None,
+    unless_exists: Any = None,
     writer: RowWriter | None = None,
     savepoint: bool = True,
 ) -> MovementEvent:
@@ -142,6 +143,8 @@ def set_node_state(
     Without the lock, ``only_if`` makes the write a compare-and-set: it happens only if the
     row is still in the state read and has these field values (a worker's lease), and raises
     StaleState otherwise. On PostgreSQL, outside a transaction, that is one statement.
+    ``unless_exists`` (a queryset, with ``only_if`` only) adds a condition to it: that
+    queryset finds no row, read in the same statement.
     Inside the caller's transaction it gets a savepoint, so losing it does not doom the rest;
     a caller whose transaction has nothing else to lose passes ``savepoint=False``.
     """
@@ -156,6 +159,8 @@ def set_node_state(
         raise IllegalStateTransition(
             subject=f"node {node.node_key}", current=old_state, target=str(new_state)
         )
+    if unless_exists is not None and only_if is None:
+        raise ValueError("unless_exists guards a compare-and-set: give only_if too")
     writer = writer or row_writer()
     if only_if is not None:
         # A compare-and-set is written at once, against the rows as written so far: what the
@@ -169,7 +174,8 @@ def set_node_state(
             node.request, actor, node, MovementEvent.Kind.TRANSITION, old_state, target, detail
         )
         fields = ("node_state", "state_changed_at", "updated_at", *update_fields)
-        writer.write(RowChange(node, "node_state", old_state, fields, only_if), event)
+        change = RowChange(node, "node_state", old_state, fields, only_if, unless_exists)
+        writer.write(change, event)
         _announce(node.request_id, node.node_key, node.attempt, old_state, target, actor, started)
         return event
 

@@ -35,6 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from django.db.models import Exists
 
 from movements.audit import chain_events
 from movements.models import MovementEvent
@@ -54,6 +55,32 @@ def after_writes(hook: Callable[[], Any]) -> None:
         hook()
     else:
         pending.append(hook)
+
+
+class _HookGroup:
+    """The items of one ``after_writes_together`` function, handed to it in one call."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+        self.items: list[Any] = []
+
+    def __call__(self) -> None:
+        self.fn(self.items)
+
+
+def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
+    """``after_writes`` for hooks that do better together (one read for many movements):
+    every ``item`` given with the same ``fn`` before the hooks run reaches ``fn`` in one
+    list, in order, where the first one would have run. Outside a batch: now, alone."""
+    pending = _AFTER_WRITES.get()
+    if pending is None:
+        fn([item])
+        return
+    group = next((h for h in pending if isinstance(h, _HookGroup) and h.fn is fn), None)
+    if group is None:
+        group = _HookGroup(fn)
+        pending.append(group)
+    group.items.append(item)
 
 
 @contextmanager
@@ -76,13 +103,15 @@ def collecting_after_writes() -> Iterator[Callable[[], None]]:
 @dataclass(frozen=True)
 class RowChange:
     """Save ``fields`` of ``instance`` if its row is still in ``read_state`` (its
-    ``state_field`` as read from the database) and has the values of ``only_if``."""
+    ``state_field`` as read from the database), has the values of ``only_if`` and, for a
+    compare-and-set, ``unless_exists`` (a queryset) finds no row, in the same statement."""
 
     instance: Any
     state_field: str
     read_state: str
     fields: tuple[str, ...]
     only_if: Mapping[str, Any] | None = None
+    unless_exists: Any = None
 
 
 def _stale(instance: Any) -> StaleState:
@@ -158,7 +187,10 @@ class OrmRowWriter(RowWriter):
             change.state_field: change.read_state,
             **(change.only_if or {}),
         }
-        if type(instance)._base_manager.filter(**guard).update(**values) != 1:
+        rows = type(instance)._base_manager.filter(**guard)
+        if change.unless_exists is not None:
+            rows = rows.filter(~Exists(change.unless_exists))
+        if rows.update(**values) != 1:
             raise _stale(instance)
 
 
@@ -185,14 +217,21 @@ class PostgresRowWriter(RowWriter):
         return [f.get_db_prep_save(f.pre_save(event, True), connection) for f in self._event_fields]
 
     def _statement(
-        self, model: type, columns: tuple[str, ...], guard_columns: tuple[str, ...], event: bool
+        self,
+        model: type,
+        columns: tuple[str, ...],
+        guard_columns: tuple[str, ...],
+        unless_sql: str,
+        event: bool,
     ) -> str:
-        key = (model, columns, guard_columns, event)
+        key = (model, columns, guard_columns, unless_sql, event)
         sql = self._sql.get(key)
         if sql is None:
             qn = connection.ops.quote_name
             assignments = ", ".join(f"{qn(c)} = %s" for c in columns)
             guards = " AND ".join(f"{qn(c)} = %s" for c in guard_columns)
+            if unless_sql:
+                guards += f" AND NOT EXISTS ({unless_sql})"
             sql = f"UPDATE {qn(model._meta.db_table)} SET {assignments} WHERE {guards}"
             if event:
                 # Typed placeholders: INSERT .. SELECT does not infer the types of bare literals.
@@ -225,7 +264,12 @@ class PostgresRowWriter(RowWriter):
             field = meta.get_field(name)
             guard_columns.append(field.column)
             guard.append(field.get_db_prep_value(value, connection))
-        return (type(instance), tuple(columns), tuple(guard_columns)), [*values, *guard]
+        unless_sql, unless_params = "", ()
+        if change.unless_exists is not None:
+            query = change.unless_exists.values("pk").query
+            unless_sql, unless_params = query.get_compiler(connection=connection).as_sql()
+        key = (type(instance), tuple(columns), tuple(guard_columns), unless_sql)
+        return key, [*values, *guard, *unless_params]
 
     def write(self, change: RowChange, event: MovementEvent | None = None) -> None:
         key, params = self._row_update(change)

@@ -55,7 +55,12 @@ def test_a_movement_within_the_cap_holds_its_amount_with_an_audit_row(eurc, crea
     assert (reservation.state, reservation.amount) == (ReservationState.HELD, Decimal("400.5"))
     event = reservation.events.get()
     assert (event.old_state, event.new_state) == ("", ReservationState.HELD)
-    assert (event.request_state, event.actor_id) == (RequestState.RECEIVED, str(creator.pk))
+    # The hold is the create's last step (the hardcap row stays locked only for it): the
+    # movement it holds for is already PENDING_APPROVAL in that transaction.
+    assert (event.request_state, event.actor_id) == (
+        RequestState.PENDING_APPROVAL,
+        str(creator.pk),
+    )
     assert "hardcap EURC (any source)" in event.reason
 
 

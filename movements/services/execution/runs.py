@@ -2,10 +2,11 @@
 open and no lock held, and their results written for the batch together (``results``).
 
 The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
-compare-and-set on its state and lease, under its movement's lock: a side-effect node whose
-movement already has a FAILED node never enters it (it goes back to READY, held for an
-operator), and derivation, which runs under the same lock, never concludes while a sibling is
-about to submit.
+compare-and-set on its state and lease that also finds no FAILED node in its movement, in one
+statement and without the movement's lock: a side-effect node whose movement already has a
+FAILED node never enters it (it goes back to READY, held for an operator, under the lock), and
+derivation never concludes while a sibling is about to submit, since a node PREPARING counts
+as money moving just as one SUBMITTING does.
 
 Exactly once: a signed payload is persisted in the same statement that moves the node to
 SUBMITTING, with the idempotency key persisted at claim already durable, and is re-used (never
@@ -61,36 +62,49 @@ def _submit_now(
     node.submit_started_at = timezone.now()
     _merge_result(node, detail)
     try:
-        with transaction.atomic():
-            request = MovementRequest.objects.select_for_update(no_key=True).get(
-                pk=claim.request_id
-            )
-            node.request = request
-            if node.has_side_effect and (failed := _failed_siblings(claim)):
-                _hold_back(claim, failed)
-                return False
-            set_node_state(
-                node=node,
-                new_state=NS.SUBMITTING,
-                actor=worker_actor(claim.owner),
-                detail={**detail, "idempotency_key": node.idempotency_key},
-                update_fields=["signed_payload", "lease_expires_at", "result", "submit_started_at"],
-                only_if={"lease_owner": claim.owner},
-                savepoint=False,  # losing it rolls back this transaction, which wrote nothing else
-            )
+        # No lock: the compare-and-set itself refuses while a node of the movement is FAILED
+        # (NOT EXISTS in the same statement). A sibling failing at the same moment cannot
+        # end the movement under a submit: the derivation it runs sees this node PREPARING
+        # or SUBMITTING, and both count as money moving (no verdict).
+        set_node_state(
+            node=node,
+            new_state=NS.SUBMITTING,
+            actor=worker_actor(claim.owner),
+            detail={**detail, "idempotency_key": node.idempotency_key},
+            update_fields=["signed_payload", "lease_expires_at", "result", "submit_started_at"],
+            only_if={"lease_owner": claim.owner},
+            unless_exists=_failed_siblings(claim) if node.has_side_effect else None,
+        )
     except StaleState:
+        if node.has_side_effect and _held_back(claim, expected):
+            return False
         outcome = {"detail": detail, "signed": bool(signed_payload)}
         late_result(claim, phase, outcome, f"node {node.node_key} changed or its lease was lost")
         return False
     return True
 
 
-def _failed_siblings(claim: Claim) -> list[str]:
-    return list(
-        MovementRequestNode.objects.current()
-        .filter(request_id=claim.request_id, node_state=NS.FAILED)
-        .values_list("node_key", flat=True)
+def _failed_siblings(claim: Claim) -> Any:
+    return MovementRequestNode.objects.current().filter(
+        request_id=claim.request_id, node_state=NS.FAILED
     )
+
+
+def _held_back(claim: Claim, expected: tuple) -> bool:
+    """The compare-and-set to SUBMITTING was lost: if the node is still ours, as it was, a
+    node of the movement FAILED; hold this side effect back, under the movement's lock."""
+    with transaction.atomic():
+        request = MovementRequest.objects.select_for_update(no_key=True).get(pk=claim.request_id)
+        node = claim.node
+        node.refresh_from_db()  # the lost write left the instance SUBMITTING in memory
+        node.request = request
+        if node.node_state not in expected or node.lease_owner != claim.owner:
+            return False
+        failed = list(_failed_siblings(claim).values_list("node_key", flat=True))
+        if not failed:
+            return False
+        _hold_back(claim, failed)
+        return True
 
 
 def _hold_back(claim: Claim, failed: list[str]) -> None:
