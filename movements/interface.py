@@ -6,7 +6,7 @@ only this module and, for venue implementations, the executor interface in
 ``movements.executors`` (a test holds every app to it). Movements never imports them.
 
 What movements offers them: the movement and node models (a venue's own records point at
-the node attempt that made them), its terminal states, a way to add a section
+the node attempt that made them), their terminal states, a way to add a section
 to the movement page, the movement as the API shows it (``movement_payload``, what webhooks
 carry), who may see which movements, and the API's shared plumbing (``APIDefaults``,
 ``problem_responses``: authentication, parsers, the problem+json error shape) for the
@@ -28,7 +28,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from movements.models import MovementRequest, MovementRequestNode
-from movements.states import TERMINAL_REQUEST_STATES, RequestState
+from movements.states import (
+    TERMINAL_NODE_STATES,
+    TERMINAL_REQUEST_STATES,
+    NodeState,
+    RequestState,
+)
 
 
 @dataclass(frozen=True)
@@ -171,10 +176,12 @@ def embedded_services() -> list[Callable[[dict[str, str]], list[Any]]]:
 
 
 __all__ = [
+    "TERMINAL_NODE_STATES",
     "TERMINAL_REQUEST_STATES",
     "CallbackOutbox",
     "MovementRequest",
     "MovementRequestNode",
+    "NodeState",
     "RequestState",
     "ReservationLedger",
     "add_movement_page_inline",

@@ -31,6 +31,7 @@ class ChainTransactionAdmin(ReadOnlyModelAdmin):
         "chain",
         "sender",
         "nonce",
+        "purpose",
         "state",
         "tx_hash",
         "block_number",
@@ -38,7 +39,7 @@ class ChainTransactionAdmin(ReadOnlyModelAdmin):
         "node",
         "state_changed_at",
     )
-    list_filter = ("state", "chain")
+    list_filter = ("state", "purpose", "chain")
     search_fields = ("tx_hash", "sender", "movement__id")
     list_select_related = ("node", "movement")
     readonly_fields = [field.name for field in ChainTransaction._meta.fields]

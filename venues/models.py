@@ -5,7 +5,9 @@ only by ``venues.transactions`` (which validates the edge against ``TX_TRANSITIO
 a ``ChainTransactionEvent`` in the same database transaction). The signed bytes are stored
 before they are broadcast, so any retry or recovery re-sends exactly them. A fee-bump
 replacement is a new row with the same nonce and ``replaces`` pointing at the one it
-competes with. Shared by every chain adapter (EVM, CCTP on EVM, Solana: no nonce there).
+competes with. A nonce a node left unused (signed, never broadcast, the node ended) is filled
+by a zero-value self-transfer, ``purpose`` NONCE_FILL, ``replaces`` pointing at the orphan.
+Shared by every chain adapter (EVM, CCTP on EVM, Solana: no nonce there).
 """
 
 from collections.abc import Mapping
@@ -32,6 +34,11 @@ class TxState(models.TextChoices):
     REPLACED = "REPLACED"  # another transaction with its nonce won (never a failure)
     DROPPED = "DROPPED"  # its nonce was used by a transaction that is not ours
     EXPIRED = "EXPIRED"  # Solana: its blockhash expired before it landed
+
+
+class TxPurpose(models.TextChoices):
+    NODE = "node"  # signed for a node attempt (its transfer, or a fee bump of it)
+    NONCE_FILL = "nonce_fill"  # a zero-value self-transfer using up an orphaned nonce
 
 
 S = TxState
@@ -73,6 +80,9 @@ class ChainTransaction(models.Model):
     chain = models.CharField(max_length=64)
     sender = models.CharField(max_length=128)
     nonce = models.PositiveBigIntegerField(null=True, blank=True)  # none on Solana
+    # Why QTG signed it: a node's transaction, or a filler of a nonce a node left unused
+    # (``replaces`` then points at the orphan it stands in for; ``venues.evm.gaps``).
+    purpose = models.CharField(max_length=16, choices=TxPurpose.choices, default=TxPurpose.NODE)
     state = models.CharField(max_length=16, choices=TxState.choices, default=TxState.CREATED)
     # The transaction as signed (to, value, data, gas, fees, ...), JSON-safe.
     unsigned = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)

@@ -14,6 +14,7 @@ from qtg.core.errors import IllegalStateTransition, StaleState
 from venues.models import (
     ChainTransaction,
     ChainTransactionEvent,
+    TxPurpose,
     TxState,
     can_transition_tx_state,
 )
@@ -55,6 +56,7 @@ def chain_transaction_create(
     movement_id: Any = None,
     node_id: int | None = None,
     replaces: ChainTransaction | None = None,
+    purpose: str = TxPurpose.NODE,
     gas_limit: int | None = None,
     max_fee_per_gas: int | None = None,
     max_priority_fee_per_gas: int | None = None,
@@ -71,6 +73,7 @@ def chain_transaction_create(
             movement_id=movement_id,
             node_id=node_id,
             replaces=replaces,
+            purpose=TxPurpose(purpose),
             gas_limit=gas_limit,
             max_fee_per_gas=max_fee_per_gas,
             max_priority_fee_per_gas=max_priority_fee_per_gas,

@@ -7,9 +7,11 @@
 - ``broadcast_transfer``: the stored bytes handed to the node (BROADCAST);
 - ``track``: one look at everything the node signed (the original and its fee-bump
   replacements, all with the same nonce): receipts, the mempool, re-broadcasts of stored
-  bytes, reorgs, finality, and a fee bump of the sender's lowest stuck nonce.
+  bytes, reorgs, finality, a fee bump of the sender's lowest stuck nonce, and a filler for
+  any nonce of the sender an ended node left unused (``venues.evm.gaps``).
 """
 
+import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -39,6 +41,7 @@ from venues.transactions import (
 )
 
 S = TxState
+log = logging.getLogger(__name__)
 ACTOR = Actor.system("venues.evm")
 TRANSFER_SELECTOR = "0xa9059cbb"  # transfer(address,uint256)
 TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
@@ -390,6 +393,7 @@ def track(node_id: int, *, now=None) -> Track:
     w3 = client.web3_for(chain)
     result = Track("waiting", original=original)
     head = _rpc("block number", lambda: w3.eth.block_number)
+    result.detail |= _fill_gaps(w3, chain, original.sender, head=head, now=now)
     settled = [
         tx for tx in txs if tx.state == S.FINALIZED or (tx.state == S.FAILED and tx.block_hash)
     ]
@@ -447,6 +451,22 @@ def track(node_id: int, *, now=None) -> Track:
     if result.status == "waiting" and newest.state in (S.PENDING, S.BROADCAST, S.SIGNED):
         _maybe_bump(w3, chain, newest, result, now=now)
     return result
+
+
+def _fill_gaps(w3: Any, chain: EvmChain, sender: str, *, head: int, now) -> dict[str, Any]:
+    """The sender's nonces left unused by ended nodes filled (``venues.evm.gaps``), at every
+    look at one of its nodes: a transfer waiting behind a gap is what notices it. Its own
+    trouble (the node not answering, no key) never fails the node being looked at."""
+    from venues.evm.gaps import fill_nonce_gaps
+
+    try:
+        report = fill_nonce_gaps(chain, sender, w3=w3, head=head, now=now)
+    except Exception as exc:
+        log.warning("nonce gaps of %s on %s: %s", sender, chain.name, exc, exc_info=True)
+        return {"nonce_gap_error": f"{type(exc).__name__}: {exc}"[:300]}
+    if not report.filled:
+        return {}
+    return {"nonces_filled": {str(tx.nonce): tx.tx_hash for tx in report.filled}}
 
 
 def _walk_back(tx: ChainTransaction, receipt: Any, head: int) -> dict[str, Any]:

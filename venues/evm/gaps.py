@@ -1,0 +1,292 @@
+"""Nonce gaps: a nonce a node took and will never use, filled so the sender's later
+transactions can be mined.
+
+A node signs its transaction (SIGNED: bytes and hash stored, nonce N taken) and then ends
+without broadcasting it: its worker died after signing and the operator cancelled the
+movement while the node was back in READY, or the node failed before its submit. Nothing
+will ever send N, and every later transaction of the sender waits behind the gap.
+
+The orphan itself is never broadcast (that would move money for a movement that ended).
+Its nonce is filled instead by a zero-value self-transfer (to = sender, value 0, fees from
+the chain's policy, raised above the orphan's own so it would also win against a copy of the
+orphan somewhere in a mempool), signed by the account's signer and stored as its own
+``ChainTransaction`` (``purpose`` NONCE_FILL, ``replaces`` = the orphan). In the same database
+transaction the orphan becomes REPLACED with the evidence "nonce filled by <hash>": from then
+on nothing can broadcast it (no edge leads out of REPLACED). The filler is then broadcast and
+tracked to finality like any transaction (re-broadcast from its stored bytes, CONFIRMED,
+FINALIZED).
+
+``fill_nonce_gaps`` runs where the sender's stuck transactions are looked at: in every look
+``track`` takes at a node of that sender (so a later transfer waiting behind the gap fills
+it, without an operator). It is idempotent and safe with several workers: a fill happens
+under the lock of the sender's nonce cursor and of the orphan's row, and a nonce already
+filled is never filled again. A routine fill raises no attention; it is recorded as the
+events of the two transactions and logged.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from movements.interface import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
+from venues.evm import client
+from venues.evm.config import EvmChain
+from venues.evm.transfers import (
+    ACTOR,
+    Track,
+    _confirm,
+    _keep_in_mempool,
+    _rpc,
+    _stored,
+    _to,
+    fees,
+    sign_stored,
+    signer_of_tx,
+)
+from venues.models import ChainTransaction, NonceCursor, TxPurpose, TxState
+from venues.transactions import chain_transaction_create
+
+S = TxState
+log = logging.getLogger(__name__)
+
+SELF_TRANSFER_GAS = 21_000
+# States in which a transaction of ours holds its nonce on the network (or may).
+HOLDING = (S.BROADCAST, S.PENDING, S.CONFIRMED, S.FINALIZED)
+
+
+@dataclass
+class GapReport:
+    """What one sweep of a sender did."""
+
+    filled: list[ChainTransaction] = field(default_factory=list)  # fillers signed now
+    settled: list[ChainTransaction] = field(default_factory=list)  # orphans closed otherwise
+    tracked: list[ChainTransaction] = field(default_factory=list)  # fillers looked at
+
+
+def orphans(chain: str, sender: str):
+    """The sender's CREATED/SIGNED transactions with a nonce whose node attempt (or
+    movement) has ended: nothing will ever broadcast them."""
+    ended = Q(node__node_state__in=[str(s) for s in TERMINAL_NODE_STATES]) | Q(
+        movement__request_state__in=[str(s) for s in TERMINAL_REQUEST_STATES]
+    )
+    return (
+        ChainTransaction.objects.filter(
+            chain=chain,
+            sender=sender,
+            purpose=TxPurpose.NODE,
+            nonce__isnull=False,
+            state__in=[S.CREATED, S.SIGNED],
+        )
+        .filter(ended)
+        .order_by("nonce", "id")
+    )
+
+
+def fillers(chain: str, sender: str, nonce: int | None = None):
+    found = ChainTransaction.objects.filter(
+        chain=chain, sender=sender, purpose=TxPurpose.NONCE_FILL
+    )
+    return found if nonce is None else found.filter(nonce=nonce)
+
+
+def fill_nonce_gaps(
+    chain: EvmChain, sender: str, *, w3: Any = None, head: int | None = None, now=None
+) -> GapReport:
+    """Fill every nonce of ``sender`` on ``chain`` an ended node left unused, and move the
+    fillers not final yet along (broadcast, re-broadcast, confirmations)."""
+    now = now or timezone.now()
+    w3 = w3 or client.web3_for(chain)
+    report = GapReport()
+    candidates = list(orphans(chain.name, sender).values_list("pk", flat=True))
+    if candidates or fillers(chain.name, sender).exclude(state__in=_DONE).exists():
+        if head is None:
+            head = _rpc("block number", lambda: w3.eth.block_number)
+        used = _rpc("nonce", w3.eth.get_transaction_count, sender, "latest")
+        for pk in candidates:
+            _close_orphan(w3, chain, pk, used=used, head=head, report=report)
+        for filler in fillers(chain.name, sender).exclude(state__in=_DONE).order_by("nonce"):
+            _track_filler(w3, chain, filler, head=head, now=now)
+            report.tracked.append(filler)
+    return report
+
+
+_DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
+
+
+def _close_orphan(
+    w3: Any, chain: EvmChain, pk: int, *, used: int, head: int, report: GapReport
+) -> None:
+    """One orphan: filled, or closed because its nonce is used already (never broadcast)."""
+    mined = None
+    with transaction.atomic():
+        # The cursor lock serialises this with nonce allocation and with other sweeps of the
+        # sender; the row lock with a late signer of the orphan.
+        cursor = (
+            NonceCursor.objects.select_for_update()
+            .filter(chain=chain.name, sender=sender_of(pk))
+            .first()
+        )
+        orphan = ChainTransaction.objects.select_for_update().get(pk=pk)
+        if orphan.state not in (S.CREATED, S.SIGNED):
+            return  # closed by another sweep meanwhile
+        nonce = int(orphan.nonce)
+        why = _why(orphan)
+        filler = fillers(chain.name, orphan.sender, nonce).order_by("id").first()
+        if filler is not None and filler.tx_hash:
+            _replace(orphan, filler, why)
+            report.settled.append(orphan)
+            return
+        holder = (
+            ChainTransaction.objects.filter(
+                chain=chain.name, sender=orphan.sender, nonce=nonce, state__in=HOLDING
+            )
+            .exclude(pk=orphan.pk)
+            .order_by("id")
+            .first()
+        )
+        if holder is not None:
+            # A transaction of ours (a rival of the same node) holds the nonce: no gap.
+            _to(orphan, S.REPLACED, {"replaced_by": holder.tx_hash, "nonce": nonce, **why})
+            report.settled.append(orphan)
+            return
+        if nonce < used:
+            # The chain used the nonce already. Ours, if the orphan's own hash has a receipt
+            # (its bytes left after all: looked at below, outside the lock).
+            receipt = (
+                client.receipt_of(w3, orphan.tx_hash)
+                if orphan.tx_hash and orphan.state == S.SIGNED
+                else None
+            )
+            if receipt is None:
+                _to(
+                    orphan,
+                    S.DROPPED,
+                    {"nonce_used_on_chain": nonce, "chain_nonce": used, **why},
+                )
+                report.settled.append(orphan)
+                return
+            mined = receipt
+        else:
+            filler = _fill(w3, chain, orphan, why, cursor=cursor)
+            report.filled.append(filler)
+            log.info(
+                "nonce %s of %s on %s filled by %s (orphan %s: %s)",
+                nonce,
+                orphan.sender,
+                chain.name,
+                filler.tx_hash,
+                orphan.tx_hash or orphan.pk,
+                why["orphaned"],
+            )
+            return
+    # The orphan's bytes were mined although its node ended before submitting: money moved
+    # for a movement that ended. Recorded on the transaction, logged as an error.
+    _confirm(orphan, mined, head, chain)
+    log.error(
+        "chain transaction %s (%s) of an ended node was mined: %s",
+        orphan.pk,
+        orphan.tx_hash,
+        why["orphaned"],
+    )
+
+
+def sender_of(pk: int) -> str:
+    return ChainTransaction.objects.values_list("sender", flat=True).get(pk=pk)
+
+
+def _why(orphan: ChainTransaction) -> dict[str, Any]:
+    node_state = orphan.node.node_state if orphan.node_id else None
+    movement_state = orphan.movement.request_state if orphan.movement_id else None
+    return {
+        "orphaned": f"node {node_state}, movement {movement_state}, "
+        f"{orphan.state} and never broadcast",
+        "node_id": orphan.node_id,
+        "node_state": node_state,
+        "movement_state": movement_state,
+    }
+
+
+def _replace(orphan: ChainTransaction, filler: ChainTransaction, why: dict[str, Any]) -> None:
+    _to(
+        orphan,
+        S.REPLACED,
+        {
+            "nonce_filled_by": filler.tx_hash,
+            "message": f"nonce filled by {filler.tx_hash}",
+            "nonce": orphan.nonce,
+            **why,
+        },
+    )
+
+
+def _fill(
+    w3: Any, chain: EvmChain, orphan: ChainTransaction, why: dict[str, Any], *, cursor
+) -> ChainTransaction:
+    """The filler of ``orphan``'s nonce, signed and stored, the orphan REPLACED by it (one
+    database transaction: the caller's). Not broadcast yet (``_track_filler`` does it)."""
+    base, max_fee, tip = fees(w3, chain)
+    if orphan.max_fee_per_gas is not None and orphan.max_priority_fee_per_gas is not None:
+        # Above the orphan's own fees by the chain's bump rule: should a copy of the orphan be
+        # in some mempool after all, the filler replaces it there.
+        tip = max(tip, chain.bumped(int(orphan.max_priority_fee_per_gas)))
+        max_fee = max(max_fee, chain.bumped(int(orphan.max_fee_per_gas)), base + tip)
+        max_fee = min(max_fee, max(chain.max_fee_wei, base + tip))
+    unsigned = {
+        "chainId": chain.chain_id,
+        "nonce": int(orphan.nonce),
+        "to": orphan.sender,
+        "value": 0,
+        "data": "0x",
+        "gas": SELF_TRANSFER_GAS,
+        "maxFeePerGas": max_fee,
+        "maxPriorityFeePerGas": tip,
+    }
+    filler = chain_transaction_create(
+        chain=chain.name,
+        sender=orphan.sender,
+        nonce=int(orphan.nonce),
+        unsigned=_stored(unsigned),
+        actor=ACTOR,
+        replaces=orphan,
+        purpose=TxPurpose.NONCE_FILL,
+        gas_limit=SELF_TRANSFER_GAS,
+        max_fee_per_gas=max_fee,
+        max_priority_fee_per_gas=tip,
+        evidence={
+            "nonce_fill": {
+                "orphan_id": orphan.pk,
+                "orphan_tx_hash": orphan.tx_hash,
+                "nonce": orphan.nonce,
+                "cursor_next_nonce": cursor.next_nonce if cursor is not None else None,
+                **why,
+            }
+        },
+    )
+    filler = sign_stored(filler, signer_of_tx(filler))
+    _replace(orphan, filler, why)
+    return filler
+
+
+def _track_filler(w3: Any, chain: EvmChain, filler: ChainTransaction, *, head: int, now) -> None:
+    """One look at a filler: mined -> CONFIRMED (FINALIZED at the chain's finality), else
+    kept known to the network from its stored bytes (the same rule as a node's transaction;
+    its nonce used by someone else -> DROPPED, the gap is gone either way)."""
+    receipt = _rpc("receipt", client.receipt_of, w3, filler.tx_hash)
+    if filler.state == S.CONFIRMED and (
+        receipt is None or receipt["blockHash"].to_0x_hex() != filler.block_hash
+    ):
+        reorg = {"old_block_number": filler.block_number, "old_block_hash": filler.block_hash}
+        _to(filler, S.PENDING, {"reorg": reorg}, block_number=None, block_hash="", confirmations=0)
+    if receipt is not None:
+        _confirm(filler, receipt, head, chain)
+        return
+    _keep_in_mempool(w3, chain, filler, [filler], Track("waiting", original=filler), now=now)
+
+
+def chain_transaction_filled(orphan: ChainTransaction) -> ChainTransaction | None:
+    """The filler that took ``orphan``'s nonce, if any."""
+    return orphan.replacements.filter(purpose=TxPurpose.NONCE_FILL).order_by("id").first()
