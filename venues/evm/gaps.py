@@ -33,6 +33,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from movements.interface import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
+from qtg.core.errors import StaleState
 from venues.evm import client
 from venues.evm.config import EvmChain
 from venues.evm.transfers import (
@@ -109,7 +110,10 @@ def fill_nonce_gaps(
         for pk in candidates:
             _close_orphan(w3, chain, pk, used=used, head=head, report=report)
         for filler in fillers(chain.name, sender).exclude(state__in=_DONE).order_by("nonce"):
-            _track_filler(w3, chain, filler, head=head, now=now)
+            try:
+                _track_filler(w3, chain, filler, head=head, now=now)
+            except StaleState:
+                continue  # another worker's look moved it meanwhile
             report.tracked.append(filler)
     return report
 

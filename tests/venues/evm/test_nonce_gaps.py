@@ -2,9 +2,12 @@
 operator then cancelled the movement) is filled by a zero-value self-transfer: the orphan's
 bytes never reach the chain, the sender's next transfer is mined behind the filler."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from movements.models import MovementAttention, MovementRequestNode
@@ -135,3 +138,30 @@ def test_filling_twice_sends_one_filler(
     assert [e.to_state for e in orphan.events.order_by("id")].count("REPLACED") == 1
     assert devchain.web3.eth.get_transaction_count(treasury) == orphan.nonce + 1
     assert client.receipt_of(devchain.web3, orphan.tx_hash) is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_workers_filling_the_same_gap_at_once_send_one_filler(
+    devchain, tokens, chain_config, fast_worker, creator, operator, recipient, monkeypatch
+):
+    treasury = devchain.accounts[1].address
+    orphan = signed_then_cancelled(transfer(creator, recipient, amount="7"), operator, monkeypatch)
+    chain = evm_chain(CHAIN)
+    start = threading.Barrier(4)
+
+    def sweep(_):
+        try:
+            start.wait(timeout=10)
+            return len(fill_nonce_gaps(chain, treasury).filled)
+        finally:
+            connection.close()
+
+    with devchain.manual_mining():
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            filled = list(pool.map(sweep, range(4)))
+        [filler] = fillers()
+        assert sorted(filled) == [0, 0, 0, 1]
+        assert devchain.pending_transaction_hashes() == [filler.tx_hash]
+    orphan.refresh_from_db()
+    assert orphan.state == S.REPLACED and filler.replaces_id == orphan.pk
