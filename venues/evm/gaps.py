@@ -108,7 +108,7 @@ def fill_nonce_gaps(
             head = _rpc("block number", lambda: w3.eth.block_number)
         used = _rpc("nonce", w3.eth.get_transaction_count, sender, "latest")
         for pk in candidates:
-            _close_orphan(w3, chain, pk, used=used, head=head, report=report)
+            _close_orphan(w3, chain, sender, pk, used=used, head=head, report=report)
         for filler in fillers(chain.name, sender).exclude(state__in=_DONE).order_by("nonce"):
             try:
                 _track_filler(w3, chain, filler, head=head, now=now)
@@ -122,7 +122,7 @@ _DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
 
 
 def _close_orphan(
-    w3: Any, chain: EvmChain, pk: int, *, used: int, head: int, report: GapReport
+    w3: Any, chain: EvmChain, sender: str, pk: int, *, used: int, head: int, report: GapReport
 ) -> None:
     """One orphan: filled, or closed because its nonce is used already (never broadcast)."""
     mined = None
@@ -130,9 +130,7 @@ def _close_orphan(
         # The cursor lock serialises this with nonce allocation and with other sweeps of the
         # sender; the row lock with a late signer of the orphan.
         cursor = (
-            NonceCursor.objects.select_for_update()
-            .filter(chain=chain.name, sender=sender_of(pk))
-            .first()
+            NonceCursor.objects.select_for_update().filter(chain=chain.name, sender=sender).first()
         )
         orphan = ChainTransaction.objects.select_for_update().get(pk=pk)
         if orphan.state not in (S.CREATED, S.SIGNED):
@@ -198,10 +196,6 @@ def _close_orphan(
     )
 
 
-def sender_of(pk: int) -> str:
-    return ChainTransaction.objects.values_list("sender", flat=True).get(pk=pk)
-
-
 def _why(orphan: ChainTransaction) -> dict[str, Any]:
     node_state = orphan.node.node_state if orphan.node_id else None
     movement_state = orphan.movement.request_state if orphan.movement_id else None
@@ -238,7 +232,9 @@ def _fill(
         # in some mempool after all, the filler replaces it there.
         tip = max(tip, chain.bumped(int(orphan.max_priority_fee_per_gas)))
         max_fee = max(max_fee, chain.bumped(int(orphan.max_fee_per_gas)), base + tip)
-        max_fee = min(max_fee, max(chain.max_fee_wei, base + tip))
+        # Never above the cap (``fees`` checked the base fee leaves room under it).
+        max_fee = min(max_fee, chain.max_fee_wei)
+        tip = min(tip, max_fee)
     unsigned = {
         "chainId": chain.chain_id,
         "nonce": int(orphan.nonce),
