@@ -60,8 +60,9 @@ def _rewind_devchain(request):
     base_fee = chain.web3.eth.get_block("latest")["baseFeePerGas"]
     yield
     chain.drop_all_transactions()
-    chain.set_automine(True)
+    # Interval mining off first: anvil's evm_setIntervalMining(0) also switches automine off.
     chain.set_interval_mining(0)
+    chain.set_automine(True)
     assert chain.revert(snapshot), "snapshot could not be reverted"
     # anvil keeps a base fee set for the next block across a revert.
     chain.set_next_block_base_fee(base_fee)
