@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
 from movements.executors.base import DeterministicError, ExecutionContext, TransientError
 from venues.evm import client
 from venues.evm.config import EvmChain
@@ -24,16 +22,14 @@ from venues.evm.transfers import (
     ACTOR,
     Transfer,
     _rpc,
-    _stored,
     check_chain_id,
-    fees,
+    create_with_new_nonce,
     send_stored,
     sign_stored,
     signer_of,
 )
 from venues.models import LIVE_TX_STATES, ChainTransaction, TxState
-from venues.nonces import nonce_allocate
-from venues.transactions import chain_transaction_create, chain_transaction_transition
+from venues.transactions import chain_transaction_transition
 
 S = TxState
 APPROVE_SELECTOR = "0x095ea7b3"  # approve(address,uint256)
@@ -151,30 +147,15 @@ def _send_approval(ctx: ExecutionContext, owner: Transfer, *, usdc: str, spender
     check_chain_id(w3, chain)
     call = {"to": usdc, "value": 0, "data": APPROVE_SELECTOR + _word(spender) + f"{UNLIMITED:064x}"}
     gas = int(_rpc("gas estimate", w3.eth.estimate_gas, {"from": owner.sender, **call}) * 1.2)
-    _, max_fee, tip = fees(w3, chain)
-    chain_next = _rpc("nonce", w3.eth.get_transaction_count, owner.sender, "pending")
-    with transaction.atomic():
-        nonce = nonce_allocate(chain=chain.name, sender=owner.sender, chain_next=chain_next)
-        unsigned = {
-            "chainId": chain.chain_id,
-            "nonce": nonce,
-            **call,
-            "gas": gas,
-            "maxFeePerGas": max_fee,
-            "maxPriorityFeePerGas": tip,
-        }
-        tx = chain_transaction_create(
-            chain=chain.name,
-            sender=owner.sender,
-            nonce=nonce,
-            unsigned=_stored(unsigned),
-            actor=ACTOR,
-            movement_id=ctx.request_id,
-            gas_limit=gas,
-            max_fee_per_gas=max_fee,
-            max_priority_fee_per_gas=tip,
-            evidence={"purpose": "cctp allowance", "spender": spender, "node": ctx.node_key},
-        )
+    tx = create_with_new_nonce(
+        w3,
+        chain,
+        owner.sender,
+        call,
+        gas=gas,
+        movement_id=ctx.request_id,
+        evidence={"purpose": "cctp allowance", "spender": spender, "node": ctx.node_key},
+    )
     tx = sign_stored(tx, signer)
     sent = send_stored(w3, tx)
     if sent.outcome in ("sent", "known"):

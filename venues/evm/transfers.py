@@ -205,10 +205,36 @@ def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTr
             ) from exc
         raise
     gas = int(estimate) if not transfer.token else int(Decimal(estimate) * GAS_MARGIN)
+    tx = create_with_new_nonce(
+        w3,
+        chain,
+        transfer.sender,
+        call,
+        gas=gas,
+        movement_id=ctx.request_id,
+        node_id=ctx.node_id,
+        evidence={"gas_estimate": int(estimate)},
+    )
+    return tx, False
+
+
+def create_with_new_nonce(
+    w3: Any,
+    chain: EvmChain,
+    sender: str,
+    call: dict[str, Any],
+    *,
+    gas: int,
+    movement_id: Any,
+    node_id: int | None = None,
+    evidence: dict[str, Any],
+) -> ChainTransaction:
+    """A CREATED transaction of ``call`` (to, value, data) at the sender's next nonce, with
+    the chain's fees now: the nonce is allocated in the transaction that records it."""
     _, max_fee, tip = fees(w3, chain)
-    chain_next = _rpc("nonce", w3.eth.get_transaction_count, transfer.sender, "pending")
+    chain_next = _rpc("nonce", w3.eth.get_transaction_count, sender, "pending")
     with transaction.atomic():
-        nonce = nonce_allocate(chain=chain.name, sender=transfer.sender, chain_next=chain_next)
+        nonce = nonce_allocate(chain=chain.name, sender=sender, chain_next=chain_next)
         unsigned = {
             "chainId": chain.chain_id,
             "nonce": nonce,
@@ -217,20 +243,19 @@ def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTr
             "maxFeePerGas": max_fee,
             "maxPriorityFeePerGas": tip,
         }
-        tx = chain_transaction_create(
+        return chain_transaction_create(
             chain=chain.name,
-            sender=transfer.sender,
+            sender=sender,
             nonce=nonce,
             unsigned=_stored(unsigned),
             actor=ACTOR,
-            movement_id=ctx.request_id,
-            node_id=ctx.node_id,
+            movement_id=movement_id,
+            node_id=node_id,
             gas_limit=gas,
             max_fee_per_gas=max_fee,
             max_priority_fee_per_gas=tip,
-            evidence={"gas_estimate": int(estimate), "chain_next_nonce": chain_next},
+            evidence={**evidence, "chain_next_nonce": chain_next},
         )
-    return tx, False
 
 
 def sign_stored(tx: ChainTransaction, signer: Signer) -> ChainTransaction:
