@@ -65,6 +65,16 @@ def account_names() -> list[str]:
     return names
 
 
+def rpc_url(chain: str, variable: str) -> str:
+    """A chain's RPC URL, from the environment variable its entry names."""
+    url = os.environ.get(variable, "")
+    if not url:
+        raise ImproperlyConfigured(
+            f"chain {chain}: environment variable {variable} (its RPC URL) is empty"
+        )
+    return url
+
+
 def secret(reference: dict[str, Any], *, what: str) -> str:
     """The secret a config entry points at: ``{env: NAME}`` or ``{file: PATH}``; never logged,
     never stored. A missing one is a configuration error naming where it was looked for."""

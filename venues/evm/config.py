@@ -25,7 +25,6 @@
 Amounts convert exactly with the asset's decimals; a finer amount is refused.
 """
 
-import os
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -87,12 +86,7 @@ class EvmChain:
 
     @property
     def rpc_url(self) -> str:
-        url = os.environ.get(self.rpc_url_env, "")
-        if not url:
-            raise ImproperlyConfigured(
-                f"chain {self.name}: environment variable {self.rpc_url_env} (its RPC URL) is empty"
-            )
-        return url
+        return conf.rpc_url(self.name, self.rpc_url_env)
 
     def asset(self, symbol: str) -> Asset:
         if symbol == self.native.symbol:

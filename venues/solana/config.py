@@ -21,7 +21,6 @@ A malformed entry is a configuration error at first use, naming the entry; nothi
 half-understood policy.
 """
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,12 +67,7 @@ class SolanaChain:
 
     @property
     def rpc_url(self) -> str:
-        url = os.environ.get(self.rpc_url_env, "")
-        if not url:
-            raise ImproperlyConfigured(
-                f"chain {self.name}: environment variable {self.rpc_url_env} (its RPC URL) is empty"
-            )
-        return url
+        return conf.rpc_url(self.name, self.rpc_url_env)
 
     def token(self, asset: str) -> Token:
         try:
