@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from ..processes import stop_child, wait_listening
 from .config import build_venues, resolve_config
 from .courier import Courier
 from .server import ExchangeServer
@@ -128,17 +129,14 @@ class LocalExchange:
             stdout=subprocess.PIPE,
             text=True,
         )
-        # The child prints one line once it listens: "LISTENING http://host:port".
-        timer = threading.Timer(STARTUP_TIMEOUT_SECONDS, self._process.kill)
-        timer.start()
         try:
-            line = self._process.stdout.readline().strip()
-        finally:
-            timer.cancel()
-        if not line.startswith("LISTENING "):
+            self.base_url = wait_listening(
+                self._process, what="local exchange", timeout=STARTUP_TIMEOUT_SECONDS
+            )
+        except RuntimeError:
+            self._process = None
             self.stop()
-            raise RuntimeError(f"local exchange did not start (said {line!r})")
-        self.base_url = line.split(" ", 1)[1]
+            raise
 
     def stop(self) -> None:
         if self._server is not None:
@@ -147,13 +145,7 @@ class LocalExchange:
             self._thread.join(timeout=5)
             self._server = None
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process.stdout.close()
+            stop_child(self._process)
             self._process = None
         if self._config_file is not None:
             Path(self._config_file).unlink(missing_ok=True)

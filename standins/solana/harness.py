@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import asdict
 from decimal import Decimal
 
+from ..processes import stop_child, wait_listening
 from .ledger import Ledger, Settings
 from .server import SolanaServer
 
@@ -71,17 +72,13 @@ class LocalSolana:
         for name, value in options.items():
             command += [f"--{name}", str(value)]
         self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        # The child prints one line once it listens: "LISTENING http://host:port".
-        timer = threading.Timer(STARTUP_TIMEOUT_SECONDS, self._process.kill)
-        timer.start()
         try:
-            line = self._process.stdout.readline().strip()
-        finally:
-            timer.cancel()
-        if not line.startswith("LISTENING "):
-            self.stop()
-            raise RuntimeError(f"local solana did not start (said {line!r})")
-        self.url = line.split(" ", 1)[1]
+            self.url = wait_listening(
+                self._process, what="local solana", timeout=STARTUP_TIMEOUT_SECONDS
+            )
+        except RuntimeError:
+            self._process = None
+            raise
 
     def stop(self) -> None:
         if self._server is not None:
@@ -90,13 +87,7 @@ class LocalSolana:
             self._thread.join(timeout=5)
             self._server = None
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process.stdout.close()
+            stop_child(self._process)
             self._process = None
 
     def __enter__(self) -> LocalSolana:

@@ -14,7 +14,6 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,17 +101,9 @@ def start(env: dict[str, str], var_dir: Path) -> list[subprocess.Popen[str]]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    timer = threading.Timer(STARTUP_TIMEOUT_SECONDS, process.kill)
-    timer.start()
-    try:
-        line = (process.stdout.readline() if process.stdout else "").strip()
-    finally:
-        timer.cancel()
-    if not line.startswith("LISTENING "):
-        process.kill()
-        process.wait()
-        raise RuntimeError(f"the local exchange did not start (said {line!r})")
-    base_url = line.split(" ", 1)[1]
+    from standins.processes import wait_listening  # test support: only under QTG_VENUES=local
+
+    base_url = wait_listening(process, what="the local exchange", timeout=STARTUP_TIMEOUT_SECONDS)
     config_file = var_dir / "exchanges.yaml"
     _private_file(config_file, exchanges_config(base_url, standin))
     env["QTG_EXCHANGES_CONFIG"] = str(config_file)
