@@ -95,6 +95,11 @@ def withdrawal(kind: str, info: dict[str, Any]) -> Record:
             client_id=str(info.get("withdrawOrderId") or ""),
             raw_status=str(status),
         )
+    return _upbit_record(info, UPBIT_WITHDRAWAL)
+
+
+def _upbit_record(info: dict[str, Any], statuses: dict[str, str]) -> Record:
+    """Upbit's withdrawals and deposits share one shape (and carry no address)."""
     state = str(info.get("state") or "").upper()
     return Record(
         id=str(info.get("uuid", "")),
@@ -102,7 +107,7 @@ def withdrawal(kind: str, info: dict[str, Any]) -> Record:
         network=str(info.get("net_type", "")),
         amount=decimal(info.get("amount")),
         fee=decimal(info.get("fee")),
-        status=UPBIT_WITHDRAWAL.get(state, "pending"),
+        status=statuses.get(state, "pending"),
         txid=str(info.get("txid") or ""),
         address="",
         created_at=_upbit_time(info.get("created_at")),
@@ -125,16 +130,4 @@ def deposit(kind: str, info: dict[str, Any]) -> Record:
             created_at=_binance_time(info.get("insertTime")),
             raw_status=str(status),
         )
-    state = str(info.get("state") or "").upper()
-    return Record(
-        id=str(info.get("uuid", "")),
-        coin=str(info.get("currency", "")),
-        network=str(info.get("net_type", "")),
-        amount=decimal(info.get("amount")),
-        fee=decimal(info.get("fee")),
-        status=UPBIT_DEPOSIT.get(state, "pending"),
-        txid=str(info.get("txid") or ""),
-        address="",
-        created_at=_upbit_time(info.get("created_at")),
-        raw_status=state,
-    )
+    return _upbit_record(info, UPBIT_DEPOSIT)
