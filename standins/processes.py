@@ -32,3 +32,10 @@ def stop_child(process: subprocess.Popen, *, timeout: float = 5) -> None:
         process.wait()
     if process.stdout is not None:
         process.stdout.close()
+
+
+def stop_server(server, thread: threading.Thread) -> None:
+    """Stop a stand-in served from a thread of this process (``socketserver`` style)."""
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from ..processes import stop_child, wait_listening
+from ..processes import stop_child, stop_server, wait_listening
 from .config import build_venues, resolve_config
 from .courier import Courier
 from .server import ExchangeServer
@@ -140,9 +140,7 @@ class LocalExchange:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=5)
+            stop_server(self._server, self._thread)
             self._server = None
         if self._process is not None:
             stop_child(self._process)

@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import asdict
 from decimal import Decimal
 
-from ..processes import stop_child, wait_listening
+from ..processes import stop_child, stop_server, wait_listening
 from .ledger import Ledger, Settings
 from .server import SolanaServer
 
@@ -82,9 +82,7 @@ class LocalSolana:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=5)
+            stop_server(self._server, self._thread)
             self._server = None
         if self._process is not None:
             stop_child(self._process)
