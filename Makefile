@@ -5,12 +5,20 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The suite runs in this many pytest-xdist processes (0: in this one). Each has its own test
+# database (pytest-django's _gw<n> suffix) and var directory (tests/embedded_profile.py); a
+# test file stays on one process (--dist loadfile) so its module fixtures start once. Half
+# the suite waits on processes and sockets, so 4 on a 2-core machine beats 2.
+TEST_WORKERS ?= 4
+# pytest exits 5 when the selection is empty; with ALLOW_NO_TESTS=1 that is reported, not failed
+# (CI's marker runs, on a machine where a marker's tests are all deselected).
+ALLOW_NO_TESTS ?=
 # The settings refuse to guess a profile (qtg/profile.py): the one-command demo and the suite
 # run the embedded one unless the caller names another.
 QTG_PROFILE ?= embedded
 export QTG_PROFILE
 
-.PHONY: install install-product install-dev run test lint bench
+.PHONY: install install-product install-dev run test lint bench audit
 
 # The product: its runtime dependencies only.
 $(VENV)/.product: pyproject.toml
@@ -40,10 +48,25 @@ run: install-product
 	$(PY) manage.py run_embedded
 
 test: install-dev
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@echo "pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)"; started=$$(date +%s); \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	echo "make test: pytest exited $$rc after $$(( $$(date +%s) - started ))s"; \
+	if [ $$rc -eq 5 ] && [ -n "$(ALLOW_NO_TESTS)" ]; then \
+		echo "make test: no test selected by $(PYTEST_ARGS) (exit 5 allowed)"; exit 0; fi; \
+	exit $$rc
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: install-product
 	$(PY) bench/throughput.py
+
+# Known vulnerabilities in the installed packages (pip-audit asks PyPI's / OSV's service: run
+# it where they can be reached; this build machine cannot).
+$(VENV)/.audit: $(VENV)/.product
+	$(PY) -m pip install --quiet -e '.[audit]'
+	touch $@
+
+audit: $(VENV)/.audit
+	$(VENV)/bin/pip-audit --skip-editable --progress-spinner off || { \
+		echo "make audit: vulnerable packages listed above, or the vulnerability service could not be reached"; exit 1; }

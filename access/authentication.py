@@ -7,7 +7,7 @@ from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 
-from access.services import api_token_user
+from access.services import api_token_lookup
 
 TOKEN_KEY_RE = re.compile(r"[0-9A-Za-z]{1,64}")
 
@@ -16,8 +16,12 @@ class ApiTokenAuthentication(TokenAuthentication):
     def authenticate_credentials(self, key: str):
         # A malformed key is refused before it reaches the database (a NUL byte in a header
         # would otherwise make PostgreSQL raise instead of say no).
-        user = api_token_user(key) if TOKEN_KEY_RE.fullmatch(key) else None
-        if user is None and settings.QTG_API_LEGACY_TOKENS and TOKEN_KEY_RE.fullmatch(key):
+        token = api_token_lookup(key) if TOKEN_KEY_RE.fullmatch(key) else None
+        if token is not None:
+            # request.auth is the token: its scopes decide what it may do (access/permissions).
+            return (token.user, token)
+        user = None
+        if settings.QTG_API_LEGACY_TOKENS and TOKEN_KEY_RE.fullmatch(key):
             user = _legacy_token_user(key)
         if user is None:
             raise exceptions.AuthenticationFailed("Invalid token.")

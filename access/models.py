@@ -5,6 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from qtg.core.chain import linked_constraint
 from qtg.core.models import AppendOnlyModel
 
 
@@ -19,15 +20,36 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Issue 29: who minted it, whether for someone else (such a token never decides), what it
+    # may do, the owner's second-factor proof at minting, and the second superuser who made a
+    # token minted for someone else usable (access/services.py).
+    minted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    minted_for_other = models.BooleanField(default=False)
+    scopes = models.JSONField(default=list, help_text="read, create, decide")
+    second_factor_at = models.DateTimeField(null=True, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    activated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("activate_apitoken", "Can activate a token minted for someone else")]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
 
     def is_usable(self, now=None) -> bool:
-        return self.revoked_at is None and (now or timezone.now()) < self.expires_at
+        return (
+            self.revoked_at is None
+            and self.activated_at is not None
+            and (now or timezone.now()) < self.expires_at
+        )
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
 
 
 class ApiTokenEvent(AppendOnlyModel):
@@ -49,8 +71,11 @@ class ApiTokenEvent(AppendOnlyModel):
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
+    chain_stream = "token_id"
+
     class Meta:
         ordering = ["-created_at", "-id"]
+        constraints = [linked_constraint("apitokenevent")]
 
     def __str__(self) -> str:
         return f"{self.action} {self.token} by {self.actor_label or self.actor}"

@@ -25,19 +25,70 @@ class Minted:
     key: str  # shown once; only its digest is kept
 
 
+READ, CREATE, DECIDE = "read", "create", "decide"
+SCOPES = (READ, CREATE, DECIDE)
+
+
+class TokenRefused(ValueError):
+    """The token cannot be minted or activated as asked (the message says why)."""
+
+
+def second_factor_fresh(proof_at, now=None) -> bool:
+    """Whether a second-factor proof was given recently enough to mint a token."""
+    if proof_at is None:
+        return False
+    return (now or timezone.now()) - proof_at <= settings.QTG_TOKEN_SECOND_FACTOR_MAX_AGE
+
+
 @transaction.atomic
 def api_token_mint(
-    *, user, actor=None, actor_label: str = "", name: str = "", lifetime: timedelta | None = None
+    *,
+    user,
+    actor=None,
+    actor_label: str = "",
+    name: str = "",
+    lifetime: timedelta | None = None,
+    scopes: tuple[str, ...] | list[str] | None = None,
+    second_factor_at=None,
 ) -> Minted:
-    """Mint a token for ``user``, recorded with who minted it; a token minted for someone
-    else is flagged in the record and logged."""
+    """Mint a token for ``user``, recorded with who minted it.
+
+    No one-person path (issue 29): a token minted for someone else is flagged, never decides
+    (approve, reject, cancel, resume), and outside the embedded demo is unusable until a second
+    superuser activates it. A user who must use a second factor mints their own tokens only,
+    with a fresh one-time code (``second_factor_at``). ``scopes`` defaults to everything the
+    token may have."""
+    from access.second_factor import needs_second_factor
+
     lifetime = lifetime or settings.QTG_API_TOKEN_LIFETIME
     if lifetime <= timedelta(0) or lifetime > settings.QTG_API_TOKEN_MAX_LIFETIME:
-        raise ValueError(
+        raise TokenRefused(
             f"a token lives more than 0 and at most {settings.QTG_API_TOKEN_MAX_LIFETIME.days} days"
         )
-    key = secrets.token_hex(20)  # 40 characters of [0-9a-f]
     now = timezone.now()
+    for_someone_else = actor is not None and actor.pk != user.pk
+    if needs_second_factor(user):
+        if for_someone_else:
+            raise TokenRefused(
+                f"{user.get_username()} must use a second factor: only they can mint their "
+                f"tokens, with a one-time code"
+            )
+        if not second_factor_fresh(second_factor_at, now):
+            raise TokenRefused(
+                "a token of a user who must use a second factor needs a one-time code given "
+                "just now"
+            )
+    allowed = (READ, CREATE) if for_someone_else else SCOPES
+    wanted = tuple(scopes) if scopes is not None else allowed
+    unknown = [scope for scope in wanted if scope not in SCOPES]
+    if unknown:
+        raise TokenRefused(f"unknown scope(s): {', '.join(unknown)} (read, create, decide)")
+    if DECIDE in wanted and DECIDE not in allowed:
+        raise TokenRefused("a token minted for someone else cannot decide (approve, reject, ...)")
+    if not wanted:
+        raise TokenRefused("a token needs at least one scope")
+    key = secrets.token_hex(20)  # 40 characters of [0-9a-f]
+    pending = for_someone_else and not settings.QTG_TOKENS_FOR_OTHERS_ALONE
     token = ApiToken.objects.create(
         user=user,
         prefix=key[:8],
@@ -45,8 +96,12 @@ def api_token_mint(
         name=name,
         created_at=now,
         expires_at=now + lifetime,
+        minted_by=actor,
+        minted_for_other=for_someone_else,
+        scopes=[scope for scope in SCOPES if scope in wanted],
+        second_factor_at=second_factor_at,
+        activated_at=None if pending else now,
     )
-    for_someone_else = actor is not None and actor.pk != user.pk
     ApiTokenEvent.objects.create(
         token=token,
         action=ApiTokenEvent.Action.MINTED,
@@ -54,11 +109,36 @@ def api_token_mint(
         actor_label=actor_label or (actor.get_username() if actor else ""),
         subject=user,
         for_someone_else=for_someone_else,
-        detail={"expires_at": token.expires_at.isoformat(), "name": name},
+        detail={
+            "expires_at": token.expires_at.isoformat(),
+            "name": name,
+            "scopes": token.scopes,
+            "second_factor": second_factor_at is not None,
+            "awaiting_activation": pending,
+        },
     )
     if for_someone_else:
         logger.warning("api token %s minted for %s by %s", token.prefix, user.get_username(), actor)
     return Minted(token=token, key=key)
+
+
+@transaction.atomic
+def api_token_activate(*, token: ApiToken, actor) -> ApiToken:
+    """A second superuser makes a token minted for someone else usable: never its minter, nor
+    the user it is for."""
+    token = ApiToken.objects.select_for_update().get(pk=token.pk)
+    if token.activated_at is not None:
+        return token
+    if not (actor.is_active and actor.is_superuser):
+        raise TokenRefused("only a superuser activates a token")
+    if actor.pk in (token.minted_by_id, token.user_id):
+        raise TokenRefused(
+            "four-eyes: a token minted for someone else is activated by a second superuser"
+        )
+    token.activated_at, token.activated_by = timezone.now(), actor
+    token.save(update_fields=["activated_at", "activated_by"])
+    logger.warning("api token %s activated by %s", token.prefix, actor.get_username())
+    return token
 
 
 @transaction.atomic
@@ -79,9 +159,16 @@ def api_token_revoke(*, token: ApiToken, actor=None, actor_label: str = "") -> A
     return token
 
 
-def api_token_user(key: str):
-    """The active user a presented key belongs to, or None (unknown, expired, revoked)."""
+def api_token_lookup(key: str) -> ApiToken | None:
+    """The usable token of an active user a presented key is, or None (unknown, expired,
+    revoked, awaiting its activation)."""
     token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
     if token is None or not token.is_usable() or not token.user.is_active:
         return None
-    return token.user
+    return token
+
+
+def api_token_user(key: str):
+    """The active user a presented key belongs to, or None."""
+    token = api_token_lookup(key)
+    return token.user if token is not None else None

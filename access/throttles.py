@@ -13,3 +13,13 @@ class ClientRateThrottle(UserRateThrottle):
 class AnonymousRateThrottle(AnonRateThrottle):
     def get_rate(self) -> str:
         return settings.QTG_API_THROTTLE_ANON
+
+
+class WebhookTestThrottle(UserRateThrottle):
+    """Test deliveries per client (``QTG_WEBHOOK_TEST_RATE``): a client cannot flood the
+    webhook queue, nor a slow receiver of its own, with them."""
+
+    scope = "webhook_test"
+
+    def get_rate(self) -> str:
+        return settings.QTG_WEBHOOK_TEST_RATE

@@ -1,8 +1,8 @@
 """The REST API under load: N concurrent clients creating movements (not a test).
 
 Starts the production web server as it is deployed (the Procfile's ``web`` command: gunicorn,
-``QTG_PROFILE=production``, DEBUG off, a long secret key; plain HTTP on the loopback and the
-sandbox's templates allowed, as the production smoke test starts it) against a scratch
+``QTG_PROFILE=smoke``: production with the sandbox's templates allowed, DEBUG off, a long secret
+key; plain HTTP on the loopback, as the production smoke test starts it) against a scratch
 PostgreSQL database, gives every client its own user and hashed API token, and has N clients
 post movements as fast as they are answered (closed loop). A share of the posts replays an
 earlier Idempotency-Key with the same body (the original is answered, 200, nothing created).
@@ -93,7 +93,7 @@ def production_env(database_url: str, var_dir: Path, **extra: str) -> dict[str, 
         and not key.startswith("DJANGO_")
     }
     env.update(
-        QTG_PROFILE="production",
+        QTG_PROFILE="smoke",
         DATABASE_URL=database_url,
         # Nothing is executed here; the broker is only named (no worker runs).
         CELERY_BROKER_URL=os.environ.get("QTG_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12"),
@@ -102,7 +102,7 @@ def production_env(database_url: str, var_dir: Path, **extra: str) -> dict[str, 
         DJANGO_SECURE_SSL_REDIRECT="0",
         QTG_VAR_DIR=str(var_dir),
         QTG_SANDBOX_ENABLED="1",
-        QTG_SMOKE_TEST_ALLOWS_SANDBOX="1",
+        QTG_METRICS_OPEN="1",
         # ... and its venues serve the templates (production's default is the real ones).
         QTG_VENUES="off",
         QTG_ADDRESS_COOLDOWN_SECONDS="0",

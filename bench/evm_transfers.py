@@ -121,7 +121,8 @@ def main() -> None:
         connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_bench"
     database = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        with Anvil(chain_id=31337) as chain:
+        # Its finalized block 2 behind the head: the legacy `confirmations` means tag + depth.
+        with Anvil(chain_id=31337, finalized_lag=2) as chain:
             configure(chain, args.confirmations)
             t0 = time.perf_counter()
             create(args.transfers)

@@ -71,6 +71,7 @@ from django.db.models import Max  # noqa: E402
 from movements.models import MovementEvent, MovementRequest, MovementRequestNode  # noqa: E402
 from movements.services import execution, movement_approve, movement_create  # noqa: E402
 from qtg.core.actors import Actor  # noqa: E402
+from qtg.queues import all_queues  # noqa: E402
 
 BROKER_URL = os.environ.get("QTG_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12")
 TICK_SECONDS = os.environ.get("QTG_BENCH_TICK_SECONDS", "0.2")
@@ -247,8 +248,8 @@ BARE_SQL = [
     "UPDATE movements_movementrequestnode SET node_state = %s, state_changed_at = now(), "
     "updated_at = now() WHERE id = %s",
     "INSERT INTO movements_movementevent (request_id, node_id, node_key, kind, old_state, "
-    "new_state, actor_type, actor_id, detail, created_at, chain_hash) "
-    "VALUES (%s, %s, %s, 'transition', %s, %s, 'system', 'bench', %s, now(), %s)",
+    "new_state, actor_type, actor_id, detail, created_at, chain_hash, chain_prev, chain_key) "
+    "VALUES (%s, %s, %s, 'transition', %s, %s, 'system', 'bench', %s, now(), %s, '', 'bench')",
     "UPDATE movements_movementrequest SET updated_at = now() WHERE id = %s",
 ]
 
@@ -260,9 +261,9 @@ SELECT id, node_state FROM movements_movementrequestnode WHERE id = :nid FOR UPD
 UPDATE movements_movementrequestnode SET node_state = node_state, state_changed_at = now(),
   updated_at = now() WHERE id = :nid;
 INSERT INTO movements_movementevent (request_id, node_id, node_key, kind, old_state, new_state,
-  actor_type, actor_id, detail, created_at, chain_hash)
+  actor_type, actor_id, detail, created_at, chain_hash, chain_prev, chain_key)
   SELECT request_id, id, node_key, 'transition', node_state, node_state, 'system', 'bench',
-  '{"bench": true}', now(), encode(sha256(random()::text::bytea), 'hex')
+  '{"bench": true}', now(), encode(sha256(random()::text::bytea), 'hex'), '', 'bench'
   FROM movements_movementrequestnode WHERE id = :nid;
 UPDATE movements_movementrequest SET updated_at = now()
   WHERE id = (SELECT request_id FROM movements_movementrequestnode WHERE id = :nid);
@@ -373,11 +374,13 @@ def run_pgbench(clients: int, seconds: float) -> dict | None:
 
 
 def procfile_line(name: str) -> str:
-    return next(
+    """The Procfile's command for ``name``, without its leading ``exec`` (added back here)."""
+    command = next(
         line.split(":", 1)[1].strip()
         for line in (ROOT / "Procfile").read_text().splitlines()
         if line.startswith(f"{name}:")
     )
+    return command.removeprefix("exec ")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -407,8 +410,13 @@ class Deployment:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
+        # Each bench worker serves every queue of the deployment (the Procfile runs one worker
+        # per concern; here the N workers compared are N whole workers).
+        queues = ",".join(all_queues(self.queue))
         self.workers = [
-            self._start(f"{procfile_line('worker')} -n {self.queue}-{i}@%h", f"worker-{i}")
+            self._start(
+                f"{procfile_line('worker')} -Q {queues} -n {self.queue}-{i}@%h", f"worker-{i}"
+            )
             for i in range(count)
         ]
         self._wait_ready()

@@ -9,15 +9,22 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
+from access.one_time import secret_show_once
 from callbacks import signing
-from callbacks.events import EVENT_TYPES
+from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
-from callbacks.services import delivery_redeliver, subscription_rotate_secret
-from movements.interface import add_movement_page_inline
+from callbacks.services import delivery_redeliver, subscription_record, subscription_rotate_secret
+from movements.public import add_movement_page_inline
 from qtg.core.actors import Actor
-from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.admin import (
+    PeopleByName,
+    ReadOnlyInline,
+    ReadOnlyModelAdmin,
+    bulk_confirmation_context,
+)
 from qtg.core.errors import QTGError
 
 
@@ -28,7 +35,10 @@ class SubscriptionForm(forms.ModelForm):
         help_text="http(s) endpoint that receives the signed POSTs.",
     )
     event_types = forms.MultipleChoiceField(
-        choices=[(event, event) for event in EVENT_TYPES],
+        choices=[
+            (ALL_EVENT_TYPES, "* (every event type, those added later too)"),
+            *((event, event) for event in EVENT_TYPES),
+        ],
         widget=forms.CheckboxSelectMultiple,
         help_text="The events this receiver is sent.",
     )
@@ -62,7 +72,7 @@ class SubscriptionForm(forms.ModelForm):
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(admin.ModelAdmin):
+class SubscriptionAdmin(PeopleByName, admin.ModelAdmin):
     form = SubscriptionForm
     list_display = ("name", "url", "owner", "events", "is_active", "pending", "dead")
     list_filter = ("is_active",)
@@ -77,14 +87,17 @@ class SubscriptionAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         given = form.cleaned_data.get("new_secret")
         rotate = form.cleaned_data.get("rotate_secret")
+        actor = Actor.for_user(request.user)
         if not change:
             if given:
                 obj.secret = given
             obj.save()
+            subscription_record(obj, action="created", actor=actor)
             if not given:
                 self._show_once(request, obj.secret)
             return
         obj.save()
+        subscription_record(obj, action="changed", actor=actor)
         if given or rotate:
             overlap = timedelta(seconds=float(settings.QTG_WEBHOOK_SECRET_OVERLAP_SECONDS))
             secret = subscription_rotate_secret(subscription=obj, overlap=overlap)
@@ -95,13 +108,27 @@ class SubscriptionAdmin(admin.ModelAdmin):
             obj.refresh_from_db()
 
     def _show_once(self, request, secret: str) -> None:
-        messages.warning(
+        # Shown on the page after saving, from the server-side session (access/one_time.py).
+        request._qtg_one_time_secret = secret
+
+    def _secret_page(self, request, obj, response):
+        secret = getattr(request, "_qtg_one_time_secret", None)
+        if secret is None:
+            return response
+        return secret_show_once(
             request,
-            format_html(
-                "The signing secret, shown this once (store it with the receiver): <code>{}</code>",
-                secret,
-            ),
+            title=f"Signing secret of {obj}",
+            secret=secret,
+            note="The signing secret, shown this once: store it with the receiver.",
+            back_url=reverse("admin:callbacks_subscription_change", args=[obj.pk]),
         )
+
+    def response_add(self, request, obj, post_url_continue=None):
+        response = super().response_add(request, obj, post_url_continue)
+        return self._secret_page(request, obj, response)
+
+    def response_change(self, request, obj):
+        return self._secret_page(request, obj, super().response_change(request, obj))
 
     def get_queryset(self, request):
         return (

@@ -27,22 +27,24 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from callbacks.events import EVENT_TYPES, TEST_EVENT_TYPE
+from access.throttles import AnonymousRateThrottle, ClientRateThrottle, WebhookTestThrottle
+from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES, TEST_EVENT_TYPE
 from callbacks.models import Delivery, DeliveryAttempt, Event, Subscription
 from callbacks.services import (
     PAYLOAD_VERSION,
     delivery_redeliver,
     events_publish,
+    subscription_record,
     subscription_rotate_secret,
     subscription_send_test,
 )
-from movements import interface
-from movements.interface import movements_visible_to
+from movements import public
+from movements.public import movements_visible_to
 from qtg.core.actors import Actor
 from qtg.core.errors import NotFound
 
-APIDefaults = interface.APIDefaults
-problem_responses = interface.problem_responses
+APIDefaults = public.APIDefaults
+problem_responses = public.problem_responses
 
 MAX_OVERLAP_SECONDS = 7 * 24 * 3600
 FEED_PAGE_SIZE = 100
@@ -84,8 +86,19 @@ class WebhookCreatedSerializer(WebhookSerializer):
         read_only_fields = fields
 
 
+class JSONStringField(serializers.CharField):
+    """A JSON string only (DRF's CharField would turn a number into its text)."""
+
+    default_error_messages = {"invalid": "Must be a JSON string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class WebhookInputSerializer(serializers.Serializer):
-    name = serializers.CharField(
+    name = JSONStringField(
         max_length=100,
         required=False,
         allow_blank=True,
@@ -97,11 +110,13 @@ class WebhookInputSerializer(serializers.Serializer):
         help_text="The http(s) endpoint that receives them.",
     )
     event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=list(EVENT_TYPES)),
+        child=serializers.ChoiceField(choices=[*EVENT_TYPES, ALL_EVENT_TYPES]),
         allow_empty=False,
         min_length=1,
-        max_length=len(EVENT_TYPES),
-        help_text="The event types to receive (at least one).",
+        max_length=len(EVENT_TYPES) + 1,
+        help_text='The event types to receive (at least one); `"*"` receives every type, '
+        "those added to the contract later too. The catalogue is in this document's "
+        "`webhooks` section.",
     )
     is_active = serializers.BooleanField(required=False, help_text="Paused when false.")
 
@@ -120,6 +135,7 @@ class DeliveryAttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = DeliveryAttempt
         fields = ["number", "started_at", "duration_ms", "status_code", "succeeded", "error"]
+        read_only_fields = fields
 
 
 class DeliverySerializer(serializers.ModelSerializer):
@@ -143,15 +159,16 @@ class DeliverySerializer(serializers.ModelSerializer):
             "created_at",
             "attempt_log",
         ]
+        read_only_fields = fields
 
 
-class WebhookMovementSerializer(interface.MovementSerializer):
+class WebhookMovementSerializer(public.MovementSerializer):
     sequence = serializers.IntegerField(
         help_text="The movement's event counter (1, 2, ...): sort a movement's events by it."
     )
 
-    class Meta(interface.MovementSerializer.Meta):
-        fields = [*interface.MovementSerializer.Meta.fields, "sequence"]
+    class Meta(public.MovementSerializer.Meta):
+        fields = [*public.MovementSerializer.Meta.fields, "sequence"]
 
 
 class EventSerializer(serializers.Serializer):
@@ -214,17 +231,21 @@ EVENT_EXAMPLE = {
     },
     "context": {"previous_state": "EXECUTING"},
 }
+WEBHOOK_DELIVERY_DESCRIPTION = (
+    "Headers `webhook-id` (the event id: the same on every retry; dedupe on "
+    "it), `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 "
+    "HMAC-SHA256 of id.timestamp.body>`, space-separated, two during a secret rotation). "
+    "Verify with any Standard Webhooks library and the `whsec_` secret. Answer 2xx within "
+    "the timeout; anything else is retried with exponential backoff. Events of one "
+    "movement may arrive out of order: sort by `data.sequence`."
+)
 WEBHOOK_CALLBACK = OpenApiCallback(
     "movement_event",
     "{$request.body#/url}",
     extend_schema(
         summary="An event, POSTed to the subscription's url (Standard Webhooks)",
-        description="Headers `webhook-id` (the event id: the same on every retry; dedupe on "
-        "it), `webhook-timestamp` (Unix seconds) and `webhook-signature` (`v1,<base64 "
-        "HMAC-SHA256 of id.timestamp.body>`, space-separated, two during a secret rotation). "
-        "Verify with any Standard Webhooks library and the `whsec_` secret. Answer 2xx within "
-        "the timeout; anything else is retried with exponential backoff. Events of one "
-        "movement may arrive out of order: sort by `data.sequence`.",
+        description=WEBHOOK_DELIVERY_DESCRIPTION + " Each event type and its payload: this "
+        "document's `webhooks` section.",
         request=EventSerializer,
         responses={200: None},
     ),
@@ -313,7 +334,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
             event_types=list(dict.fromkeys(data["event_types"])),
             is_active=data.get("is_active", True),
         )
-        self._save(subscription)
+        self._save(subscription, Actor.for_user(request.user))
         body = WebhookSerializer(subscription).data
         return Response({**body, "secret": subscription.secret}, status=status.HTTP_201_CREATED)
 
@@ -338,7 +359,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
             subscription.name = data["name"] or subscription.url[:100]
         if "event_types" in data:
             subscription.event_types = list(dict.fromkeys(data["event_types"]))
-        self._save(subscription)
+        self._save(subscription, Actor.for_user(request.user))
         return Response(WebhookSerializer(subscription).data)
 
     @extend_schema(
@@ -352,7 +373,9 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         subscription = self.get_object()
         subscription.is_active = False
         subscription.deleted_at = timezone.now()
-        subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
+        with transaction.atomic():
+            subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
+            subscription_record(subscription, action="deleted", actor=Actor.for_user(request.user))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -364,7 +387,11 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         request=None,
         responses={202: DeliverySerializer, **problem_responses(400, 401, 404)},
     )
-    @action(detail=True, methods=["post"])
+    @action(
+        detail=True,
+        methods=["post"],
+        throttle_classes=[ClientRateThrottle, AnonymousRateThrottle, WebhookTestThrottle],
+    )
     def test(self, request: Request, pk: str) -> Response:
         delivery = subscription_send_test(subscription=self.get_object())
         return Response(self._delivery(delivery.pk), status=status.HTTP_202_ACCEPTED)
@@ -435,13 +462,15 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         return serializer.validated_data
 
     @staticmethod
-    def _save(subscription: Subscription) -> None:
+    def _save(subscription: Subscription, actor: Actor) -> None:
         try:
             subscription.full_clean(exclude=["owner"])
         except DjangoValidationError as exc:
             raise _validation_error(exc) from None
         with transaction.atomic():
+            action = "created" if subscription._state.adding else "changed"
             subscription.save()
+            subscription_record(subscription, action=action, actor=actor)
 
     @staticmethod
     def _delivery(pk: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ class CallbacksConfig(AppConfig):
     def ready(self) -> None:
         from callbacks import tasks  # noqa: F401  (registers the delivery tasks by name)
         from callbacks.services import callback_enqueue, subscriptions_read_once
-        from movements.interface import CallbackOutbox, provide_callbacks
+        from movements.ports import CallbackOutbox, provide_callbacks
 
         provide_callbacks(
             CallbackOutbox(enqueue=callback_enqueue, read_once=subscriptions_read_once)

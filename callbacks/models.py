@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from callbacks import signing
-from callbacks.events import EVENT_TYPES
+from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES
 from callbacks.targets import TargetRefused, validate_target_url
 
 
@@ -63,7 +63,9 @@ class Subscription(models.Model):
         return self.name
 
     def wants(self, event_type: str) -> bool:
-        return event_type in (self.event_types or [])
+        """``"*"`` among the event types asks for every type (those added later too)."""
+        types = self.event_types or []
+        return event_type in types or (ALL_EVENT_TYPES in types and event_type in EVENT_TYPES)
 
     def signing_secrets(self, now: datetime | None = None) -> list[str]:
         """The secrets that sign an attempt now: the current one, and the previous one while
@@ -91,7 +93,7 @@ class Subscription(models.Model):
         if not isinstance(self.event_types, list) or not self.event_types:
             errors["event_types"] = "choose at least one event type"
         else:
-            unknown = sorted(set(self.event_types) - set(EVENT_TYPES))
+            unknown = sorted(set(self.event_types) - {*EVENT_TYPES, ALL_EVENT_TYPES})
             if unknown:
                 errors["event_types"] = f"unknown event types: {', '.join(unknown)}"
         try:
@@ -141,6 +143,12 @@ class Delivery(models.Model):
         null=True, blank=True, help_text="When a delivery task was last queued for it."
     )
     last_attempt_at = models.DateTimeField(null=True, blank=True)
+    sending_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While an attempt is on the wire (until its deadline): no other delivery "
+        "of the subscription is sent meanwhile, so a slow receiver delays only its own.",
+    )
     last_status_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)

@@ -30,7 +30,8 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from callbacks import signing
+from callbacks import instruments, signing
+from callbacks.deadline import Deadline
 from callbacks.events import EVENT_TYPES, TEST_EVENT_TYPE
 from callbacks.models import (
     Delivery,
@@ -41,13 +42,15 @@ from callbacks.models import (
     Subscription,
 )
 from callbacks.targets import TargetRefused, pin_target_url
-from movements.interface import (
+from movements.public import (
     MovementRequest,
     after_writes_together,
     movement_payloads,
     movement_visible_to,
+    record_decision,
 )
 from qtg.core.actors import Actor
+from qtg.core.contract import CONTRACT_VERSION
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
 
 __all__ = [
@@ -66,11 +69,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-USER_AGENT = "QTG-Webhooks/1.1"
+USER_AGENT = f"QTG-Webhooks/{CONTRACT_VERSION}"
 RESPONSE_EXCERPT_BYTES = 1024
-# The payload's shape: "1.1" is {"type", "timestamp", "data": movement + sequence, ...} signed
-# per Standard Webhooks (1 was the X-QTG-* scheme with a payload of our own).
-PAYLOAD_VERSION = "1.1"
+# The payload's shape is the contract's version (docs/contract-changelog.md): since 1.1
+# {"type", "timestamp", "data": movement + sequence, ...} signed per Standard Webhooks (1 was
+# the X-QTG-* scheme with a payload of our own); 1.2 added event types and their contexts.
+PAYLOAD_VERSION = CONTRACT_VERSION
 
 
 DELIVER_TASK = "callbacks.deliver"
@@ -356,7 +360,14 @@ class _Outcome:
 def _claim(delivery_id: Any) -> _Claim | None:
     now = timezone.now()
     timeout = float(_setting("QTG_CALLBACKS_TIMEOUT_SECONDS"))
+    subscription_id = (
+        Delivery.objects.filter(pk=delivery_id).values_list("subscription_id", flat=True).first()
+    )
+    if subscription_id is None:
+        return None
     with transaction.atomic():
+        # The subscription's row first (as its own services lock it), then the delivery's.
+        Subscription.objects.select_for_update().filter(pk=subscription_id).first()
         delivery = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("subscription")
@@ -371,13 +382,36 @@ def _claim(delivery_id: Any) -> _Claim | None:
         )
         if delivery is None:
             return None
+        on_the_wire = max(timeout * 2, float(_setting("QTG_CALLBACKS_DEADLINE_SECONDS")))
+        # One attempt on the wire per subscription (claims of one subscription take its row's
+        # lock in turn): a slow receiver holds one webhook worker at most, and delays only its
+        # own deliveries. This one falls due again when that attempt's deadline has passed.
+        busy = (
+            Delivery.objects.filter(subscription_id=delivery.subscription_id, sending_until__gt=now)
+            .exclude(pk=delivery.pk)
+            .order_by("sending_until")
+            .values_list("sending_until", flat=True)
+            .first()
+        )
+        if busy is not None:
+            delivery.next_attempt_at = busy
+            delivery.enqueued_at = None
+            delivery.save(update_fields=["next_attempt_at", "enqueued_at", "updated_at"])
+            return None
         delivery.attempts += 1
         delivery.last_attempt_at = now
+        delivery.sending_until = now + timedelta(seconds=on_the_wire)
         # The lease: nobody else picks the row up while this attempt is on the wire; if the
         # worker dies, the delivery simply falls due again.
-        delivery.next_attempt_at = now + timedelta(seconds=timeout * 2 + 30)
+        delivery.next_attempt_at = now + timedelta(seconds=on_the_wire + 30)
         delivery.save(
-            update_fields=["attempts", "last_attempt_at", "next_attempt_at", "updated_at"]
+            update_fields=[
+                "attempts",
+                "last_attempt_at",
+                "sending_until",
+                "next_attempt_at",
+                "updated_at",
+            ]
         )
         subscription = delivery.subscription
         return _Claim(
@@ -407,9 +441,11 @@ def _post(claim: _Claim) -> _Outcome:
         **target.headers,
     }
     started = time.monotonic()
+    deadline = Deadline(float(_setting("QTG_CALLBACKS_DEADLINE_SECONDS")))
     try:
         # Redirects are not followed: a redirect could lead past the target check.
         with (
+            deadline,
             httpx.Client(
                 timeout=httpx.Timeout(timeout), follow_redirects=False, trust_env=False
             ) as client,
@@ -418,7 +454,7 @@ def _post(claim: _Claim) -> _Outcome:
                 target.url,
                 content=claim.body,
                 headers=headers,
-                extensions=target.extensions,
+                extensions={**target.extensions, "trace": deadline.trace},
             ) as response,
         ):
             excerpt = b""
@@ -428,11 +464,10 @@ def _post(claim: _Claim) -> _Outcome:
                     break
             status_code = response.status_code
     except httpx.HTTPError as exc:
-        return _Outcome(
-            ok=False,
-            error=f"{type(exc).__name__}: {exc}".strip(": "),
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
+        error = f"{type(exc).__name__}: {exc}".strip(": ")
+        if deadline.expired:
+            error = f"no complete answer within the {deadline.seconds:g}s deadline ({error})"
+        return _Outcome(ok=False, error=error, duration_ms=int((time.monotonic() - started) * 1000))
     duration_ms = int((time.monotonic() - started) * 1000)
     text = excerpt[:RESPONSE_EXCERPT_BYTES].decode("utf-8", errors="replace")
     ok = 200 <= status_code < 300
@@ -465,6 +500,7 @@ def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
         delivery.last_status_code = outcome.status_code
         delivery.last_error = outcome.error
         delivery.enqueued_at = None
+        delivery.sending_until = None
         if outcome.ok:
             delivery.status = DeliveryStatus.DELIVERED
             delivery.delivered_at = now
@@ -477,6 +513,7 @@ def _record(claim: _Claim, outcome: _Outcome) -> Delivery | None:
                 "last_status_code",
                 "last_error",
                 "enqueued_at",
+                "sending_until",
                 "status",
                 "delivered_at",
                 "next_attempt_at",
@@ -504,7 +541,19 @@ def delivery_send(*, delivery_id: Any) -> Delivery | None:
             claim.number,
             outcome.error,
         )
-    return _record(claim, outcome)
+    delivery = _record(claim, outcome)
+    if delivery is not None:
+        delivered = delivery.status == DeliveryStatus.DELIVERED
+        instruments.attempt_recorded(
+            outcome="delivered"
+            if delivered
+            else ("dead" if delivery.status == DeliveryStatus.DEAD else "retrying"),
+            seconds=outcome.duration_ms / 1000,
+            latency_seconds=(delivery.delivered_at - delivery.occurred_at).total_seconds()
+            if delivered and delivery.delivered_at
+            else None,
+        )
+    return delivery
 
 
 @transaction.atomic
@@ -559,6 +608,22 @@ def delivery_redeliver(*, delivery: Delivery | Any, actor: Actor) -> Delivery:
     return delivery
 
 
+def subscription_record(subscription: Subscription, *, action: str, actor: Any) -> None:
+    """Record a subscription change in the evidence chain (never its secrets)."""
+    record_decision(
+        subject=subscription,
+        action=action,
+        actor=actor,
+        detail={
+            "url": subscription.url,
+            "event_types": list(subscription.event_types or []),
+            "is_active": subscription.is_active,
+            "owner": subscription.owner_id,
+            "deleted_at": subscription.deleted_at,
+        },
+    )
+
+
 @transaction.atomic
 def subscription_rotate_secret(
     *, subscription: Subscription, overlap: timedelta | None = None
@@ -578,6 +643,7 @@ def subscription_rotate_secret(
     subscription.save(
         update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
     )
+    subscription_record(subscription, action="secret_rotated", actor="system:webhooks")
     return secret
 
 
@@ -606,3 +672,46 @@ def subscription_send_test(*, subscription: Subscription) -> Delivery:
     )
     transaction.on_commit(lambda: _queue([delivery.pk]))
     return delivery
+
+
+AUDIT_CHECKPOINT = "audit.checkpoint"
+
+
+@transaction.atomic
+def audit_checkpoint_enqueue(*, checkpoint: dict[str, Any]) -> list[Delivery]:
+    """A delivery of the signed audit checkpoint (``data``: the checkpoint as written to the
+    file) for every operator subscription that asks for ``audit.checkpoint``; not about one
+    movement, so not in the movement feed. Clients' subscriptions never receive it."""
+    subscriptions = [
+        s
+        for s in Subscription.objects.filter(
+            is_active=True, deleted_at__isnull=True, owner__isnull=True
+        )
+        if s.wants(AUDIT_CHECKPOINT)
+    ]
+    if not subscriptions:
+        return []
+    now = timezone.now()
+    event_id = uuid.uuid4()
+    body = _body(
+        event_id=event_id, event_type=AUDIT_CHECKPOINT, occurred_at=now, data=checkpoint, context={}
+    )
+    deliveries = Delivery.objects.bulk_create(
+        [
+            Delivery(
+                event_id=event_id,
+                subscription=subscription,
+                request=None,
+                event_type=AUDIT_CHECKPOINT,
+                body=body,
+                occurred_at=now,
+                created_at=now,
+                next_attempt_at=now,
+                enqueued_at=now,
+            )
+            for subscription in subscriptions
+        ]
+    )
+    ids = [d.pk for d in deliveries]
+    transaction.on_commit(lambda: _queue(ids))
+    return deliveries

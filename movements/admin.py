@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from movements import interface, policies
+from movements import audit, policies, public
 from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
 from movements.admin_controls import ApprovalInline, OverrideInline
 from movements.admin_filters import (
@@ -111,6 +111,7 @@ class NodeInline(ReadOnlyInline):
         "is_current",
         "external_ref",
         "last_error",
+        "tries",
         "lease",
         "next_attempt_at",
         "state_changed_at",
@@ -132,7 +133,16 @@ class NodeInline(ReadOnlyInline):
     def lease(self, obj):
         if not obj.lease_owner:
             return "—"
-        return f"{obj.lease_owner} until {obj.lease_expires_at:%Y-%m-%d %H:%M:%S}"
+        return (
+            f"{obj.lease_owner} until {obj.lease_expires_at:%Y-%m-%d %H:%M:%S} "
+            f"(epoch {obj.lease_epoch})"
+        )
+
+    @admin.display(description="dispatches / venue errors")
+    def tries(self, obj):
+        # Claims (lost ones included) beside the venue's own refusals: only these count
+        # against QTG_MAX_DISPATCHES.
+        return f"{obj.dispatch_count} / {obj.venue_errors}"
 
 
 class EventInline(ReadOnlyInline):
@@ -228,7 +238,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     ordering = ("-created_at",)
     actions = ("approve_selected", "reject_selected")
     inlines = (NodeInline, ApprovalInline, OverrideInline, EventInline)
-    readonly_fields = ("amount_display", "approval_progress")
+    readonly_fields = ("amount_display", "approval_progress", "audit_chain")
     fieldsets = (
         (
             "Movement",
@@ -269,6 +279,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                     "current_frontier",
                     "failure_reason",
                     "updated_at",
+                    "audit_chain",
                 )
             },
         ),
@@ -278,7 +289,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
 
     def get_inlines(self, request, obj):
         # Sections other apps add to the movement page (e.g. callback deliveries).
-        return (*self.inlines, *interface.movement_page_inlines())
+        return (*self.inlines, *public.movement_page_inlines())
 
     def get_changelist(self, request, **kwargs):
         return MovementChangeList
@@ -319,6 +330,12 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
     @admin.display(description="id", ordering="id")
     def short_id(self, obj):
         return obj.short_id
+
+    @admin.display(description="audit chain")
+    def audit_chain(self, obj) -> str:
+        """Its events and approvals verified with the audit key and the checkpoints, or
+        where the chain breaks (movements/audit.py)."""
+        return audit.movement_chain_status(obj.pk)
 
     @admin.display(description="approvals")
     def approval_progress(self, obj) -> str:
@@ -437,6 +454,9 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
                 and policies.awaiting_approval(movement)
             ),
             "approval_open": policies.approval_open(movement, situation.now),
+            # The window matters only while the movement waits for its approval.
+            "awaiting_approval": policies.awaiting_approval(movement),
+            "approval_progress": self.approval_progress(movement),
             "graph": plan_graph(movement, situation.nodes),
             # The page reloads itself while the workers may still change it.
             "auto_refresh_seconds": QTG_PAGE_REFRESH_SECONDS
@@ -524,6 +544,7 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
             "title": f"{action.label}: are you sure?",
             "movement": movement,
             "action": action,
+            "what_happens": action.describe(situation),
             "form": form,
             "state_badge": request_state_badge(movement.request_state),
             "amount_display": format_amount(movement.amount),

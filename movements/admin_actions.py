@@ -143,9 +143,29 @@ class ResolveUnknownForm(ActionForm):
 # (``proposed_override``) so the page says what happened.
 
 TWO_PERSON_NOTE = (
-    " Under the two-person rule this proposes it: another supervisor confirms it on the "
-    "Override proposals page before it expires."
+    "Under the two-person rule (on) this proposes it: another supervisor confirms it on the "
+    "Override proposals page before it expires; nothing changes until then."
 )
+ONE_PERSON_NOTE = "The two-person rule is off: this happens at once, on your word alone."
+
+
+def two_person_note() -> str:
+    """What confirming a two-person override does under the rule in force now."""
+    return TWO_PERSON_NOTE if settings.QTG_TWO_PERSON_OVERRIDES else ONE_PERSON_NOTE
+
+
+def reservation_note(nodes: "Nodes", *, completing: bool) -> str:
+    """What happens to the reservation when the movement ends this way (the README's rule:
+    consumed on completion, released on failure only when no money left a venue)."""
+    if completing:
+        return "Its reservation is CONSUMED."
+    left = policies.funds_in_transit(nodes)
+    if left:
+        return (
+            f"Money already left a venue ({', '.join(left)}): its reservation stays HELD "
+            "until someone settles it in Reservations."
+        )
+    return "No money left a venue: its reservation is RELEASED."
 
 
 def _proposed(request: Any, proposal: Any) -> MovementRequest:
@@ -241,6 +261,12 @@ class MovementAction:
     # The operator picks the node the action acts on, among those the policy allows.
     picks_node: bool = False
     dangerous: bool = False
+    # The parts of the text that depend on the situation and the rules in force.
+    consequences: Callable[[Situation], list[str]] = lambda s: []
+
+    def describe(self, situation: Situation) -> str:
+        """The confirmation text: what the action does, as the rules in force now say."""
+        return " ".join([self.what_happens, *self.consequences(situation)])
 
     def form(self, data: Any, situation: Situation, *, posted: bool) -> ActionForm | None:
         """The input form. A posted form accepts any current node: whether that node can be
@@ -305,8 +331,16 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.CANCEL,
             label="Cancel",
             what_happens="Steps that have not started are cancelled and the movement ends as "
-            "CANCELLED. Refused while money may be in flight. After a step that moves money "
-            "completed, this is a two-person override." + TWO_PERSON_NOTE,
+            "CANCELLED. Refused while money may be in flight.",
+            consequences=lambda s: (
+                [
+                    reservation_note(s.nodes, completing=False),
+                    "Nobody watches the funds in transit any more: a two-person override.",
+                    two_person_note(),
+                ]
+                if policies.funds_in_transit(s.nodes)
+                else [reservation_note(s.nodes, completing=False)]
+            ),
             refusal=lambda s: policies.cancel_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
@@ -318,8 +352,13 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.RESOLVE_UNKNOWN,
             label="Resolve UNKNOWN node",
             what_happens="The node takes the outcome you give, with your evidence recorded, and "
-            "the movement carries on from there. FAILED (never happened) is a two-person "
-            "override." + TWO_PERSON_NOTE,
+            "the movement carries on from there.",
+            consequences=lambda s: [
+                "FAILED (never happened) is a two-person override. " + TWO_PERSON_NOTE
+                if settings.QTG_TWO_PERSON_OVERRIDES
+                else "The two-person rule is off: every outcome, FAILED included, takes "
+                "effect at once."
+            ],
             refusal=lambda s: policies.resolve_unknown_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),
@@ -390,8 +429,9 @@ ACTIONS: dict[str, MovementAction] = {
         MovementAction(
             name=Action.FORCE_COMPLETE,
             label="Force complete",
-            what_happens="The movement is marked COMPLETED on your word and its reservation is "
-            "consumed. Steps that have not started are cancelled." + TWO_PERSON_NOTE,
+            what_happens="The movement is marked COMPLETED on your word. Steps that have not "
+            "started are cancelled.",
+            consequences=lambda s: [reservation_note(s.nodes, completing=True), two_person_note()],
             refusal=lambda s: policies.force_complete_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),
@@ -403,7 +443,11 @@ ACTIONS: dict[str, MovementAction] = {
             name=Action.FORCE_FAIL,
             label="Force fail",
             what_happens="The movement is marked FAILED on your word. Steps that have not "
-            "started are cancelled." + TWO_PERSON_NOTE,
+            "started are cancelled.",
+            consequences=lambda s: [
+                reservation_note(s.nodes, completing=False),
+                two_person_note(),
+            ],
             refusal=lambda s: policies.force_fail_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes
             ),

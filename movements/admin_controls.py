@@ -2,33 +2,41 @@
 
 Rows change only through services: the add form of a policy or an address proposes it (one
 person), an action of a second person activates, approves, rejects or removes it; an override
-proposal is confirmed by an action of another supervisor. A refused row is reported with the
-policy's reason (``movements.policies``) and the others go through.
+proposal is confirmed by another supervisor on its own page, with a reason. A refused row is
+reported with the policy's reason (``movements.policies``) and the others go through.
 """
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.urls import reverse
+from django.http import HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from movements.admin_actions import reservation_note
 from movements.models import (
     AddressBookEntry,
     ApprovalPolicy,
     MovementApproval,
+    OverrideAction,
     OverrideProposal,
 )
 from movements.policies import (
-    CONFIRM_OVERRIDE_PERMISSION,
     DECIDE_ADDRESS_PERMISSION,
     DECIDE_POLICY_PERMISSION,
     PROPOSE_ADDRESS_PERMISSION,
     PROPOSE_POLICY_PERMISSION,
+    override_confirm_refusal,
 )
+from movements.selectors import current_nodes
 from movements.services.address_book import (
     address_approve,
     address_propose,
@@ -42,8 +50,9 @@ from movements.services.approvals import (
     approval_policy_validate,
 )
 from movements.services.overrides import override_confirm
+from qtg.core import money
 from qtg.core.actors import Actor
-from qtg.core.admin import ReadOnlyInline
+from qtg.core.admin import PeopleByName, ReadOnlyInline
 from qtg.core.errors import InvalidInput, QTGError
 
 VIEW_MOVEMENTS = "movements.view_movementrequest"
@@ -73,7 +82,7 @@ def _each(
         model_admin.message_user(request, line, messages.ERROR)
 
 
-class ProposeOnlyAdmin(admin.ModelAdmin):
+class ProposeOnlyAdmin(PeopleByName, admin.ModelAdmin):
     """Rows are proposed through the add form and never edited afterwards."""
 
     propose_permission = ""
@@ -263,7 +272,7 @@ def proposal_status(proposal: OverrideProposal) -> str:
 
 
 @admin.register(OverrideProposal)
-class OverrideProposalAdmin(admin.ModelAdmin):
+class OverrideProposalAdmin(PeopleByName, admin.ModelAdmin):
     list_display = (
         "proposed_at",
         "movement",
@@ -277,8 +286,23 @@ class OverrideProposalAdmin(admin.ModelAdmin):
     )
     list_filter = ("action", "status")
     list_select_related = ("request", "proposed_by", "confirmed_by")
-    actions = ("confirm_selected",)
+    # Confirming is never a one-click bulk action: each has its own page with the proposal,
+    # its evidence and the confirmer's reason.
+    actions = None
     ordering = ("-proposed_at",)
+    fields = (
+        "request",
+        "action",
+        "node_key",
+        "reason",
+        "evidence",
+        "status",
+        "proposed_by",
+        "proposed_at",
+        "expires_at",
+        "confirmed_by",
+        "confirmed_at",
+    )
 
     def has_add_permission(self, request):
         return False  # proposed from the movement's page
@@ -289,8 +313,25 @@ class OverrideProposalAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def has_confirm_permission(self, request):
-        return request.user.has_perm(CONFIRM_OVERRIDE_PERMISSION)
+    def get_list_display(self, request):
+        actor, now = Actor.for_user(request.user), timezone.now()
+
+        @admin.display(description="confirm")
+        def confirm(proposal: OverrideProposal) -> str:
+            if override_confirm_refusal(actor=actor, proposal=proposal, now=now) is not None:
+                return "—"
+            return format_html(
+                '<a class="button" href="{}" data-confirm="{}">Confirm…</a>',
+                self._confirm_url(proposal.pk),
+                proposal.pk,
+            )
+
+        return (*self.list_display, confirm)
+
+    def _confirm_url(self, pk) -> str:
+        return reverse(
+            f"{self.admin_site.name}:movements_overrideproposal_confirm", args=[quote(pk)]
+        )
 
     @admin.display(description="movement")
     def movement(self, proposal: OverrideProposal) -> str:
@@ -301,11 +342,101 @@ class OverrideProposalAdmin(admin.ModelAdmin):
     def state(self, proposal: OverrideProposal) -> str:
         return proposal_status(proposal)
 
-    @admin.action(
-        description="Confirm selected overrides (another supervisor)", permissions=["confirm"]
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/confirm/",
+                self.admin_site.admin_view(self.confirm_view),
+                name="movements_overrideproposal_confirm",
+            ),
+            *super().get_urls(),
+        ]
+
+    def confirm_view(self, request, object_id):
+        """GET: the proposal, its evidence and what confirming it does now, with a reason to
+        give. POST: ``override_confirm`` (which asks every rule again); a refusal is an error
+        message and changes nothing."""
+        proposal = self.get_object(request, unquote(object_id))
+        if proposal is None:
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+        if not self.has_view_permission(request, proposal):
+            raise PermissionDenied
+        changelist = reverse(f"{self.admin_site.name}:movements_overrideproposal_changelist")
+        movement_url = reverse(
+            f"{self.admin_site.name}:movements_movementrequest_change",
+            args=[quote(proposal.request_id)],
+        )
+        refusal = override_confirm_refusal(
+            actor=Actor.for_user(request.user), proposal=proposal, now=timezone.now()
+        )
+        form = ConfirmOverrideForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                movement = override_confirm(
+                    proposal=proposal.pk,
+                    actor=Actor.for_user(request.user),
+                    reason=form.cleaned_data["reason"],
+                )
+            except QTGError as exc:
+                self.message_user(request, f"Confirm refused: {exc.message}", messages.ERROR)
+                return HttpResponseRedirect(changelist)
+            self.message_user(
+                request,
+                f"{proposal.get_action_display()} confirmed and carried out: movement "
+                f"{movement.short_id} is now {movement.request_state}.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(movement_url)
+        if request.method == "GET" and refusal is not None:
+            self.message_user(request, f"Confirm: {refusal.message}", messages.ERROR)
+            return HttpResponseRedirect(changelist)
+        movement = proposal.request
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Confirm {proposal.get_action_display()}: are you sure?",
+            "proposal": proposal,
+            "proposal_status": proposal_status(proposal),
+            "movement": movement,
+            "movement_url": movement_url,
+            "changelist_url": changelist,
+            "amount_display": money.format_amount(movement.amount, grouping=True),
+            "what_happens": override_consequences(proposal, current_nodes(movement)),
+            "evidence": json.dumps(proposal.evidence, indent=2, sort_keys=True, default=str)
+            if proposal.evidence
+            else "",
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/movements/overrideproposal/confirm.html", context)
+
+
+class ConfirmOverrideForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text="What you checked yourself before confirming. Recorded in the audit trail.",
     )
-    def confirm_selected(self, request, queryset):
-        _each(self, request, queryset, override_confirm, "proposal", "confirmed and carried out")
+
+
+def override_consequences(proposal: OverrideProposal, nodes) -> str:
+    """What carrying the proposal out does to the movement and its reservation, now."""
+    if proposal.action == OverrideAction.FORCE_COMPLETE:
+        parts = ["The movement is marked COMPLETED.", reservation_note(nodes, completing=True)]
+    elif proposal.action == OverrideAction.FORCE_FAIL:
+        parts = ["The movement is marked FAILED.", reservation_note(nodes, completing=False)]
+    elif proposal.action == OverrideAction.CANCEL_IN_TRANSIT:
+        parts = [
+            "The movement is CANCELLED and nobody watches the funds in transit any more.",
+            reservation_note(nodes, completing=False),
+        ]
+    else:
+        parts = [
+            f"{proposal.node_key} is resolved as FAILED (it never happened), with the "
+            "proposal's evidence, and the movement carries on from there."
+        ]
+    return " ".join(
+        [*parts, "It happens as soon as you confirm; the action's own rules are asked again."]
+    )
 
 
 class ApprovalInline(ReadOnlyInline):

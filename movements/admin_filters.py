@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from movements.models import MovementRequest, RouteTemplate
-from movements.services.attention import needing_attention_q
+from movements.selectors import needing_attention_q
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
 
 NEEDS_ME = "needs_me"

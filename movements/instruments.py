@@ -37,6 +37,23 @@ VENUE_CALL_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 
+VENUE_ERRORS = Counter(
+    "qtg_venue_errors",
+    "Executor calls to a venue that raised, by executor, method and error class (the "
+    "taxonomy's: TransientError, AmbiguousError, DeterministicError, ...).",
+    ["executor", "method", "error"],
+)
+REAP_LAG_SECONDS = Histogram(
+    "qtg_reap_lag_seconds",
+    "How long after its lease expired a dead worker's node was moved on by a reaper.",
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+
+
+def lease_reaped(*, lag_seconds: float) -> None:
+    """Count one reaped lease and how late the reaper came to it."""
+    REAP_LAG_SECONDS.observe(max(0.0, lag_seconds))
+
 
 def transition_committed(
     *,
@@ -75,6 +92,9 @@ def venue_call(*, executor: str, method: str, context: Any) -> Iterator[None]:
         try:
             yield
             outcome = "ok"
+        except BaseException as exc:
+            VENUE_ERRORS.labels(executor, method, type(exc).__name__).inc()
+            raise
         finally:
             seconds = time.perf_counter() - started
             VENUE_CALL_SECONDS.labels(executor, method, outcome).observe(seconds)

@@ -18,6 +18,7 @@ from movements.states import (
     RequestState,
 )
 from qtg.core.actors import ActorType
+from qtg.core.chain import ChainedModel, linked_constraint
 from qtg.core.models import AppendOnlyModel
 from qtg.core.money import MONEY, format_amount
 
@@ -101,6 +102,15 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         related_name="movements_approved",
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # Who withdrew the movement while it waited for approval (its creator, or a supervisor):
+    # it is then REJECTED with the reason in ``failure_reason``.
+    withdrawn_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="movements_withdrawn",
+    )
     # What approving this movement takes (``movements.services.approvals``): set from the
     # approval policy in force at creation, re-read at each approval; the policy version the
     # quorum was reached under stays here once APPROVED.
@@ -158,6 +168,10 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
                 "transit, resolve UNKNOWN as never happened)",
             ),
             ("confirm_override", "Can confirm another supervisor's override proposal"),
+            (
+                "withdraw_movement",
+                "Can withdraw a movement someone else created while it waits for approval",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -241,7 +255,21 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Claims of this attempt (every dispatch, including those lost to worker deaths, lease
+    # expiries and waits the venue asked for): shown, never a reason to give up.
     dispatch_count = models.PositiveIntegerField(default=0)
+    # Answers in which the venue itself refused or failed the attempt before anything was
+    # sent (deterministic or transient errors from prepare/sign): QTG_MAX_DISPATCHES counts these.
+    venue_errors = models.PositiveIntegerField(default=0)
+    # Fencing token: grows by one each time a worker takes the lease. A side-effecting call
+    # leaves the process only after a statement proved the caller's epoch is still the node's
+    # (``execution.fence``), and a result is applied only under the epoch it was claimed with.
+    lease_epoch = models.PositiveBigIntegerField(default=0)
+    # The last fenced side-effecting call: when it was allowed to leave, and the deadline it
+    # was given (its timeout). Recovery may conclude it never happened only after
+    # ``fenced_until`` plus the executor's request lifetime.
+    fenced_at = models.DateTimeField(null=True, blank=True)
+    fenced_until = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=128, blank=True)
     signed_payload = models.TextField(blank=True)
     external_ref = models.CharField(max_length=200, blank=True, db_index=True)
@@ -330,11 +358,13 @@ class MovementEvent(AppendOnlyModel):
     actor_id = models.CharField(max_length=128, blank=True)
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    # sha256 over this event's content and the previous event of the movement (movements/audit.py).
-    chain_hash = models.CharField(max_length=64, blank=True, editable=False)
+
+    # One evidence chain per movement (qtg/core/chain.py).
+    chain_stream = "request_id"
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [linked_constraint("movementevent")]
 
     def __str__(self) -> str:
         subject = self.node_key or "request"
@@ -354,6 +384,10 @@ class AttentionReason(models.TextChoices):
     BROADCAST_REFUSED = "broadcast_refused", "The network refuses the signed transaction"
     EXPIRED = "expired", "A transaction expired before it landed"
     VENUE = "venue", "The venue needs a person"
+    FINAL_REORG = "final_reorg", "A finalized transaction left the chain"
+    # Raised by the worker.
+    UNPROVABLE = "unprovable", "The venue cannot prove the side effect never happened"
+    WAITING_LONG = "waiting_long", "The venue has kept the node waiting a long time"
 
 
 class MovementAttention(models.Model):
@@ -476,7 +510,7 @@ class ApprovalPolicy(models.Model):
         return f"{self.key} v{self.version} ({self.status})"
 
 
-class MovementApproval(models.Model):
+class MovementApproval(ChainedModel):
     """One person's approval of a movement, bound to what they approved: ``binding_hash`` is
     taken over the compiled plan, amount, asset, source and destination. If the movement no
     longer hashes the same at dispatch, the approval is void (``void_at``, ``void_reason``)."""
@@ -499,11 +533,24 @@ class MovementApproval(models.Model):
     void_at = models.DateTimeField(null=True, blank=True)
     void_reason = models.TextField(blank=True)
 
+    # Linked into the movement's approval chain; voiding (once, by dispatch) is the one change
+    # the database lets through (movements/migrations), so it stays outside the content.
+    chain_stream = "request_id"
+    chain_time = "approved_at"
+    chain_exclude = ("void_at", "void_reason")
+
     class Meta:
         ordering = ["approved_at", "id"]
         constraints = [
+            linked_constraint("movementapproval"),
             models.UniqueConstraint(
                 fields=["request", "approver"], name="one_approval_per_person_per_movement"
+            ),
+            # The person is the user id: a user renamed between two approvals is still one.
+            models.UniqueConstraint(
+                fields=["request", "approved_by"],
+                condition=models.Q(approved_by__isnull=False),
+                name="one_approval_per_user_per_movement",
             ),
         ]
 
@@ -616,3 +663,27 @@ class OverrideProposal(models.Model):
 
     def is_expired(self, now: Any = None) -> bool:
         return self.status == OverrideStatus.PROPOSED and self.expires_at <= (now or timezone.now())
+
+
+class AuditRecord(AppendOnlyModel):
+    """A decision recorded in the evidence chain that has no event table of its own: an
+    approval-policy version proposed, activated or rejected; an address-book entry proposed,
+    approved, rejected or removed (and by whom); an override proposed or confirmed; a webhook
+    subscription changed; an exchange's answer about a withdrawal. One stream per subject."""
+
+    subject = models.CharField(max_length=120, help_text='"<table>:<id>" of what was decided.')
+    action = models.CharField(max_length=48)
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=160, blank=True)
+    detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    chain_stream = "subject"
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["subject", "id"])]
+        constraints = [linked_constraint("auditrecord")]
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.action} by {self.actor_id}"

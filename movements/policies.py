@@ -71,6 +71,7 @@ class Action(StrEnum):
     SNOOZE_ATTENTION = "snooze_attention"
     RESOLVE_ATTENTION = "resolve_attention"
     STOP_WATCHING = "stop_watching"
+    WITHDRAW = "withdraw"
 
 
 # The custom permissions are declared on MovementRequest.Meta.permissions.
@@ -87,6 +88,9 @@ PERMISSIONS: dict[Action, str] = {
     Action.SNOOZE_ATTENTION: "movements.handle_attention",
     Action.RESOLVE_ATTENTION: "movements.handle_attention",
     Action.STOP_WATCHING: "movements.handle_attention",
+    # Withdrawing one's own movement needs nothing more than having created it; this is the
+    # supervisor's permission to withdraw anyone's.
+    Action.WITHDRAW: "movements.withdraw_movement",
 }
 # Two-person overrides (``movements.services.overrides``): proposing one needs this on top of
 # the action's own permission, confirming one needs the confirm permission and the action's.
@@ -218,9 +222,23 @@ def missing_groups(movement: MovementRequest, approvals: Sequence[Any]) -> list[
     return [group for group in movement.approval_groups if group not in covered]
 
 
+def same_approver(approval: Any, actor: Actor) -> bool:
+    """Whether ``approval`` was given by ``actor``: the same user id (a renamed user is still
+    the same person), or for a system actor the same recorded name."""
+    if actor.user is not None:
+        return approval.approved_by_id == actor.user.pk
+    return approval.approved_by_id is None and approval.approver == str(actor)
+
+
+def distinct_approvers(approvals: Sequence[Any]) -> int:
+    """How many different people (by user id) or system actors the approvals come from."""
+    return len({a.approved_by_id or f"system:{a.approver}" for a in approvals})
+
+
 def quorum_met(movement: MovementRequest, approvals: Sequence[Any]) -> bool:
     """Enough distinct approvers, and at least one from each required group."""
-    return len(approvals) >= movement.approvals_required and not missing_groups(movement, approvals)
+    enough = distinct_approvers(approvals) >= movement.approvals_required
+    return enough and not missing_groups(movement, approvals)
 
 
 def approve_refusal(
@@ -250,7 +268,7 @@ def approve_refusal(
         )
     if approvals is None:
         approvals = valid_approvals(movement)
-    if any(approval.approver == str(actor) for approval in approvals):
+    if any(same_approver(approval, actor) for approval in approvals):
         return Refusal(
             Rule.ALREADY_APPROVED,
             "you already approved this movement: the next approval must be someone else's",
@@ -258,7 +276,7 @@ def approve_refusal(
             error=NotPermitted,
         )
     missing = missing_groups(movement, approvals)
-    slots_left = max(movement.approvals_required - len(approvals), 1)
+    slots_left = max(movement.approvals_required - distinct_approvers(approvals), 1)
     if missing and len(missing) >= slots_left and not set(missing) & set(actor_groups(actor)):
         return Refusal(
             Rule.GROUPS,
@@ -274,6 +292,22 @@ def reject_refusal(*, actor: Actor, movement: MovementRequest) -> Refusal | None
     return permission_refusal(actor, Action.REJECT) or _state_refusal(
         movement, "reject", *APPROVAL_STATES
     )
+
+
+def withdraw_refusal(*, actor: Actor, movement: MovementRequest) -> Refusal | None:
+    """Withdraw: by the movement's creator, or by a holder of the withdraw permission (a
+    supervisor); the movement waits for approval (PENDING_APPROVAL -> REJECTED, a legal edge
+    of the spec's table)."""
+    creator = actor.user is not None and movement.created_by_id == actor.user.pk
+    if not creator and (refusal := permission_refusal(actor, Action.WITHDRAW)):
+        return Refusal(
+            refusal.code,
+            "only the movement's creator, or a holder of movements.withdraw_movement, may "
+            "withdraw it",
+            refusal.details,
+            error=refusal.error,
+        )
+    return _state_refusal(movement, "withdraw", *APPROVAL_STATES)
 
 
 def expire_refusal(*, movement: MovementRequest, now: datetime) -> Refusal | None:

@@ -1,10 +1,21 @@
-"""Reads that are more than a one-liner."""
+"""Reads that are more than a one-liner: services, entry points and the apps beside movements
+(through ``movements.public``) read here; nothing here writes."""
 
+from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.utils import timezone
 
-from movements.models import MovementEvent, MovementRequest, MovementRequestNode
+from movements.models import (
+    MovementApproval,
+    MovementAttention,
+    MovementEvent,
+    MovementRequest,
+    MovementRequestNode,
+)
+
+VIEW_ALL_PERMISSIONS = ("movements.view_movementrequest", "movements.change_movementrequest")
 
 
 def current_nodes(
@@ -42,3 +53,71 @@ def predecessor_map(request: MovementRequest) -> dict[str, list[str]]:
 def request_events(request: MovementRequest) -> QuerySet[MovementEvent]:
     """The audit trail of a request, oldest first."""
     return request.events.order_by("created_at", "id")
+
+
+def open_attentions(request: MovementRequest, *, now: datetime | None = None) -> list:
+    """The entries that need someone now (open and not snoozed), oldest first."""
+    now = now or timezone.now()
+    return list(
+        request.attentions.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .order_by("since", "id")
+    )
+
+
+def needing_attention_q(now: datetime | None = None) -> Q:
+    """Movements with at least one entry that needs someone now (for list filters)."""
+    now = now or timezone.now()
+    return Q(
+        Exists(
+            MovementAttention.objects.filter(
+                request_id=OuterRef("pk"), resolved_at__isnull=True
+            ).filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        )
+    )
+
+
+def movements_with_details() -> QuerySet[MovementRequest]:
+    """Movements with what their API representation reads: users, current nodes, reservation."""
+    qs = MovementRequest.objects.select_related(
+        "created_by", "approved_by", "withdrawn_by"
+    ).prefetch_related(
+        Prefetch(
+            "nodes",
+            queryset=MovementRequestNode.objects.current().order_by("plan_node__position", "pk"),
+            to_attr="current_nodes_list",
+        ),
+        Prefetch(
+            "attentions",
+            queryset=MovementAttention.objects.filter(resolved_at__isnull=True).order_by(
+                "since", "pk"
+            ),
+            to_attr="open_attentions_list",
+        ),
+        Prefetch(
+            "approvals",
+            queryset=MovementApproval.objects.filter(void_at__isnull=True)
+            .select_related("approved_by")
+            .order_by("approved_at", "pk"),
+            to_attr="valid_approvals_list",
+        ),
+    )
+    return qs.select_related("reservation")
+
+
+def movements_visible_to(user) -> QuerySet[MovementRequest]:
+    """Everything for holders of the admin's view (or change) permission; otherwise the
+    movements the client created itself."""
+    qs = movements_with_details()
+    if any(user.has_perm(perm) for perm in VIEW_ALL_PERMISSIONS):
+        return qs
+    return qs.filter(created_by=user)
+
+
+def movement_visible_to(user: Any, movement: MovementRequest) -> bool:
+    """Whether ``user`` may see ``movement`` (the rule of ``movements_visible_to``)."""
+    if user is None or not user.is_active:
+        return False
+    if movement.created_by_id == user.pk:
+        return True
+    return any(user.has_perm(perm) for perm in VIEW_ALL_PERMISSIONS)

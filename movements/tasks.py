@@ -54,19 +54,19 @@ def recover_unknown(fanout: bool = True) -> int:
 @shared_task(name="movements.reap_leases", ignore_result=True, **TIME_LIMITS)
 def reap_leases() -> int:
     """Expired leases: PREPARING/AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN."""
-    return execution.reap_expired_leases(actor=Actor.system("lease-reaper"))
+    return execution.reap_expired_leases(actor=Actor.sweep("lease-reaper"))
 
 
 @shared_task(name="movements.detect_stuck", ignore_result=True, **TIME_LIMITS)
 def detect_stuck() -> int:
     """Nodes waiting on a venue longer than expected: their movements need attention."""
-    return detect_stuck_nodes(actor=Actor.system("stuck-detector"))
+    return detect_stuck_nodes(actor=Actor.sweep("stuck-detector"))
 
 
 @shared_task(name="movements.expire_approvals", ignore_result=True, **TIME_LIMITS)
 def expire_approvals() -> int:
     """PENDING_APPROVAL requests past their expiry -> EXPIRED."""
-    return expire_overdue_approvals(actor=Actor.system("approval-expiry"))
+    return expire_overdue_approvals(actor=Actor.sweep("approval-expiry"))
 
 
 @shared_task(name="movements.purge_idempotency_keys", ignore_result=True, **TIME_LIMITS)

@@ -1,18 +1,22 @@
 """Each periodic task that finishes on a worker stamps its ``SweepHeartbeat`` row (at most
 every ``QTG_HEARTBEAT_WRITE_SECONDS`` per task and process, so a 2-second tick does not
-become a write every 2 seconds)."""
+become a write every 2 seconds), and each running worker stamps its ``WorkerHeartbeat`` row
+(its queues) every ``QTG_HEARTBEAT_WRITE_SECONDS`` from a thread of its main process, so
+readiness counts the workers per queue from the database, without a broker round trip."""
 
 import logging
+import os
 import socket
+import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from celery.signals import task_postrun
+from celery.signals import task_postrun, worker_ready, worker_shutdown
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from ops.models import SweepHeartbeat
+from ops.models import SweepHeartbeat, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
 _last_written: dict[str, float] = {}
@@ -53,5 +57,69 @@ def _on_task_postrun(sender=None, **kwargs) -> None:
     _last_written[name] = now
 
 
+def record_worker(*, hostname: str, queues: list[str], at: datetime | None = None) -> None:
+    """Stamp the heartbeat of the worker ``hostname`` serving ``queues``."""
+    WorkerHeartbeat.objects.update_or_create(
+        hostname=hostname,
+        defaults={
+            "queues": sorted(queues),
+            "pid": os.getpid(),
+            "last_seen_at": at or timezone.now(),
+        },
+    )
+
+
+def workers_by_queue(*, max_age: float, now: datetime | None = None) -> dict[str, list[str]]:
+    """The workers seen within ``max_age`` seconds, by the queue they consume."""
+    since = (now or timezone.now()) - timedelta(seconds=max_age)
+    found: dict[str, list[str]] = {}
+    for hostname, queues in WorkerHeartbeat.objects.filter(last_seen_at__gte=since).values_list(
+        "hostname", "queues"
+    ):
+        for queue in queues:
+            found.setdefault(queue, []).append(hostname)
+    return found
+
+
+_stop_worker_heartbeat = threading.Event()
+
+
+def _worker_heartbeat_loop(hostname: str, queues: list[str]) -> None:
+    interval = max(1.0, settings.QTG_HEARTBEAT_WRITE_SECONDS)
+    while True:
+        try:
+            record_worker(hostname=hostname, queues=queues)
+        except DatabaseError:
+            logger.warning("could not stamp the heartbeat of worker %s", hostname, exc_info=True)
+            connection.close()
+        if _stop_worker_heartbeat.wait(interval):
+            break
+    try:
+        WorkerHeartbeat.objects.filter(hostname=hostname, pid=os.getpid()).delete()
+    except DatabaseError:
+        pass
+    finally:
+        connection.close()
+
+
+def _on_worker_ready(sender=None, **kwargs) -> None:
+    hostname = getattr(sender, "hostname", "") or socket.gethostname()
+    app = getattr(sender, "app", None)
+    queues = list(app.amqp.queues.consume_from) if app is not None else []
+    _stop_worker_heartbeat.clear()
+    threading.Thread(
+        target=_worker_heartbeat_loop,
+        args=(hostname, queues or [settings.CELERY_TASK_DEFAULT_QUEUE]),
+        name="qtg-worker-heartbeat",
+        daemon=True,
+    ).start()
+
+
+def _on_worker_shutdown(sender=None, **kwargs) -> None:
+    _stop_worker_heartbeat.set()
+
+
 def connect() -> None:
     task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="qtg-sweep-heartbeat")
+    worker_ready.connect(_on_worker_ready, weak=False, dispatch_uid="qtg-worker-heartbeat")
+    worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="qtg-worker-stop")

@@ -35,6 +35,14 @@ class DemoteRoutine(logging.Filter):
         return record.levelno >= self.threshold
 
 
+class OneLinePerRequest(logging.Filter):
+    """django-structlog logs ``request_started`` and ``request_finished`` for every request;
+    the second carries everything (request id, user, status): keep only it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, dict) and record.msg.get("event") == "request_started")
+
+
 def _plain(_logger: Any, _method: str, event: dict[str, Any]) -> str:
     line = f"{event.get('level', '').upper():<7} {event.get('logger', '')}: {event.get('event')}"
     exception = event.get("exception")
@@ -51,6 +59,9 @@ SHARED = [
 
 def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
     """The ``LOGGING`` dict, with structlog configured to hand its events to it."""
+    if fmt == "json":
+        # Python warnings (Celery's superuser warning, deprecations) as log lines too.
+        logging.captureWarnings(True)
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,
@@ -78,12 +89,15 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
                 "foreign_pre_chain": [*SHARED, structlog.stdlib.ExtraAdder()],
             }
         },
-        "filters": {"routine": {"()": DemoteRoutine, "threshold": level}},
+        "filters": {
+            "routine": {"()": DemoteRoutine, "threshold": level},
+            "one_line_per_request": {"()": OneLinePerRequest},
+        },
         "handlers": {
             "console": {
                 "class": "logging.StreamHandler",
                 "formatter": "qtg",
-                "filters": ["routine"],
+                "filters": ["routine", "one_line_per_request"],
             }
         },
         "root": {"handlers": ["console"], "level": level},
@@ -98,6 +112,9 @@ def logging_config(*, fmt: str, level: str) -> dict[str, Any]:
             "django": {"handlers": [], "level": "INFO", "propagate": True},
             # One line per HTTP request (with its request id) in production only.
             "django_structlog": {"level": "INFO" if fmt == "json" else "WARNING"},
+            # ... and not a second one for a 4xx (django.request's "Not Found: /x"); server
+            # errors keep their traceback line.
+            "django.request": {"level": "ERROR" if fmt == "json" else "WARNING"},
             **{name: {"level": "DEBUG"} for name in ROUTINE_LOGGERS},
             **{name: {"level": "INFO"} for name in LIFECYCLE_LOGGERS},
         },

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from callbacks.models import Delivery, DeliveryStatus
 from movements.models import MovementRequest, MovementRequestNode
-from movements.services.attention import needing_attention_q
+from movements.selectors import needing_attention_q
 from movements.services.execution import oldest_due_since
 from movements.states import NodeState, RequestState
 from reservations.models import Reservation, ReservationState

@@ -1,21 +1,32 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
-from ops.health import HealthView
+from access.one_time import one_time_secret_view
+from ops import health
 from ops.metrics import metrics_view
-from qtg.api_docs import DOCS_VIEW_OPTIONS
+from qtg.api_docs import DOCS_VIEW_OPTIONS, SchemaView
+
+# The console is the site: its header names it, and "View site" leads to its home (QTG serves
+# no page at /).
+admin.site.site_header = admin.site.site_title = "QTG operations"
+admin.site.index_title = "Operations"
+admin.site.site_url = "/admin/"
 
 urlpatterns = [
+    # Under /admin/ (the console's session and its second-factor middleware), before the site.
+    path("admin/one-time-secret/<str:ticket>/", one_time_secret_view, name="one-time-secret"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("movements.api.urls")),
     path("api/v1/", include("callbacks.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(**DOCS_VIEW_OPTIONS), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(**DOCS_VIEW_OPTIONS), name="api-schema"),
     path(
         "api/docs/",
         SpectacularSwaggerView.as_view(url_name="api-schema", **DOCS_VIEW_OPTIONS),
         name="api-docs",
     ),
-    path("health/", HealthView.as_view(), name="health"),
+    path("health/live", health.live, name="health-live"),
+    path("health/ready", health.ready, name="health-ready"),
+    path("health/", health.ready, name="health"),
     path("metrics", metrics_view, name="metrics"),
 ]

@@ -6,7 +6,7 @@ class ReservationsConfig(AppConfig):
     verbose_name = "Reservations"
 
     def ready(self) -> None:
-        from movements.interface import ReservationLedger, provide_reservations
+        from movements.ports import ReservationLedger, provide_reservations
         from reservations.services import (
             reservation_consume,
             reservation_hold,

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 from qtg.core.actors import ActorType
+from qtg.core.chain import linked_constraint
 from qtg.core.models import AppendOnlyModel
 from qtg.core.money import MONEY
 from qtg.core.venues import canonical_venue
@@ -139,8 +140,11 @@ class ReservationEvent(AppendOnlyModel):
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
+    chain_stream = "reservation_id"
+
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [linked_constraint("reservationevent")]
 
     def __str__(self) -> str:
         return f"{self.old_state or '-'} -> {self.new_state}"

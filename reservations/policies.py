@@ -4,7 +4,7 @@ offers its bulk actions and sorts the selected rows with it."""
 
 from enum import StrEnum
 
-from movements.interface import TERMINAL_REQUEST_STATES, MovementRequest
+from movements.public import TERMINAL_REQUEST_STATES, MovementRequest
 from qtg.core.actors import Actor
 from qtg.core.policies import Refusal, lacks_permission
 from reservations.models import Reservation, ReservationState

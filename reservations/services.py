@@ -22,7 +22,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.interface import MovementRequest
+from movements.public import MovementRequest
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount

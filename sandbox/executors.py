@@ -5,8 +5,11 @@ real venues leaves this app out of INSTALLED_APPS (or chooses per name in
 """
 
 from collections.abc import Callable
+from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
 from typing import Any, TypeVar
+
+from django.conf import settings
 
 from movements.executors.base import (
     AmbiguousError,
@@ -22,11 +25,11 @@ from movements.executors.base import (
     Submitted,
     Upstream,
 )
-from movements.executors.finality import chain_finality
 from movements.executors.registry import register
 from sandbox import venues
 from sandbox.errors import VenueDisabled, VenueRejected, VenueTimeout
 from sandbox.faults import UnknownFault, parse_fault
+from sandbox.finality import chain_finality
 
 T = TypeVar("T")
 
@@ -138,6 +141,11 @@ class CexWithdraw(Executor):
 
     needs_upstream = False
     external_ref_name = "withdrawal id"
+    call_timeout_seconds = 10.0
+
+    def request_lifetime(self, ctx: ExecutionContext) -> float:
+        # The simulated exchange refuses a request acted on past its validity (see submit).
+        return settings.QTG_SANDBOX_REQUEST_VALIDITY_SECONDS
 
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         _venues()
@@ -149,15 +157,20 @@ class CexWithdraw(Executor):
 
     def submit(self, ctx: ExecutionContext) -> Submitted:
         venues = _venues()
+        fault = _fault(ctx)
+        amount = _leg_amount(ctx)
+        deadline = ctx.fence(self.call_timeout(ctx))
+        validity = timedelta(seconds=self.request_lifetime(ctx))
         withdrawal = _venue_call(
             venues.withdraw,
             venue=ctx.config["venue"],
             client_key=ctx.idempotency_key,
             asset=ctx.asset,
-            amount=_leg_amount(ctx),
+            amount=amount,
             address=ctx.config["to"],
             network=ctx.config["network"],
-            fault=_fault(ctx),
+            fault=fault,
+            valid_until=deadline + validity,
         )
         return Submitted(
             withdrawal.withdrawal_id,
@@ -178,7 +191,7 @@ class CexWithdraw(Executor):
         )
         if withdrawal is None:
             return Recovery(
-                RecoveredOutcome.FAILED,
+                RecoveredOutcome.NOT_FOUND,
                 detail={
                     "venue": ctx.config["venue"],
                     "idempotency_key": ctx.idempotency_key,
@@ -305,9 +318,9 @@ class SignedChainAction(Executor):
         venues = _venues()
         if not ctx.signed_payload:
             raise DeterministicError("no signed payload to broadcast")
-        tx_hash = _venue_call(
-            venues.broadcast, signed_payload=ctx.signed_payload, fault=_fault(ctx)
-        )
+        fault = _fault(ctx)
+        ctx.fence(self.call_timeout(ctx))
+        tx_hash = _venue_call(venues.broadcast, signed_payload=ctx.signed_payload, fault=fault)
         return Submitted(tx_hash, detail={"tx_hash": tx_hash, "chain": ctx.config["chain"]})
 
     def observe(self, ctx: ExecutionContext) -> Observation:

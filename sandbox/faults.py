@@ -11,11 +11,12 @@ FAULTS = (
     "delay",
     "reorg",
     "submit_delay",
+    "submit_stall",
 )
 # Faults that take seconds (``delay:5``), and the most a fault may ask for: ``delay`` only
 # postpones what the venue shows; ``submit_delay`` holds the worker inside the call, so less.
-TIMED_FAULTS = ("delay", "submit_delay")
-MAX_FAULT_SECONDS = {"delay": 3600.0, "submit_delay": 120.0}
+TIMED_FAULTS = ("delay", "submit_delay", "submit_stall")
+MAX_FAULT_SECONDS = {"delay": 3600.0, "submit_delay": 120.0, "submit_stall": 120.0}
 
 
 class UnknownFault(ValueError):
@@ -43,7 +44,10 @@ def parse_fault(raw: str | None) -> Fault:
     ``delay:<s>``: the venue shows the outcome only ``s`` seconds after the call (the call
     itself answers at once: no worker waits for it).
     ``submit_delay:<s>``: the submit call itself takes ``s`` seconds after carrying the request
-    out (a slow venue, to prove a worker keeps the lease of a call in progress)."""
+    out (a slow venue, to prove a worker keeps the lease of a call in progress).
+    ``submit_stall:<s>``: the venue holds the request ``s`` seconds BEFORE acting on it (a
+    slow queue in front of it, or a worker paused with the request in hand), then carries it
+    out, unless the request's own validity has passed by then (a withdrawal's)."""
     if not raw:
         return NO_FAULT
     name, _, arg = str(raw).partition(":")

@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from movements.executors.finality import chain_finality
 from sandbox.errors import VenueDisabled, VenueRejected, VenueTimeout
 from sandbox.faults import NO_FAULT, Fault
+from sandbox.finality import chain_finality
 from sandbox.models import Attestation, ChainTx, Deposit, LedgerEntry, Withdrawal
 
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
@@ -70,6 +70,9 @@ def _after(fault: Fault) -> None:
 
 
 def _before(fault: Fault) -> None:
+    if fault.is_("submit_stall"):
+        # Held before the venue acts on the request (bounded in sandbox/faults.py).
+        time.sleep(fault.seconds)
     if fault.is_("fail"):
         raise VenueRejected("the venue rejected the request (sandbox fault 'fail')")
     if fault.is_("submit_timeout_lost"):
@@ -344,8 +347,12 @@ def withdraw(
     address: str,
     network: str,
     fault: Fault = NO_FAULT,
+    valid_until: datetime | None = None,
 ) -> Withdrawal:
-    """Accept a withdrawal once per client key: a replay returns the original withdrawal."""
+    """Accept a withdrawal once per client key: a replay returns the original withdrawal. A
+    request acted on after ``valid_until`` is refused, as an exchange refuses a signed request
+    past its window (Binance's recvWindow): so a request that was held up somewhere is
+    carried out only while its sender may still be waiting for it."""
     ensure_enabled()
     existing = Withdrawal.objects.filter(venue=venue, client_key=client_key).first()
     if existing is not None:
@@ -353,6 +360,13 @@ def withdraw(
     if network not in _known_chains():
         raise VenueRejected(f"{venue} does not support network {network!r}")
     _before(fault)
+    now = timezone.now()
+    if valid_until is not None and now > valid_until:
+        raise VenueRejected(
+            f"request expired: valid until {valid_until.isoformat()}, acted on at "
+            f"{now.isoformat()}",
+            valid_until=valid_until.isoformat(),
+        )
     try:
         with transaction.atomic():
             withdrawal = Withdrawal.objects.create(
@@ -381,7 +395,7 @@ def withdraw(
 
 
 def _known_chains() -> set[str]:
-    from movements.executors.finality import finality_policy
+    from sandbox.finality import finality_policy
 
     return set(finality_policy())
 

@@ -142,6 +142,9 @@ class Anvil:
     ``automine=True`` (anvil's default) mines a block per transaction as it arrives;
     ``automine=False`` starts with ``--no-mining`` (transactions wait in the mempool until
     :meth:`mine`); ``block_time`` mines a block every that many seconds instead.
+    ``finalized_lag`` (even): anvil's ``finalized`` block tag trails the head by that many
+    blocks (anvil's own default is 64; ``--slots-in-an-epoch`` is half of it). A tag that
+    trails further, for a while, is played by ``standins.rpc_proxy`` (``trail_finalized``).
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class Anvil:
         balance_ether: int = 10_000,
         base_fee_wei: int | None = None,
         hardfork: str | None = None,
+        finalized_lag: int | None = None,
         startup_timeout: float = 20.0,
         extra_args: Iterable[str] = (),
     ):
@@ -166,6 +170,9 @@ class Anvil:
         self.balance_ether = balance_ether
         self.base_fee_wei = base_fee_wei
         self.hardfork = hardfork
+        if finalized_lag is not None and (finalized_lag < 2 or finalized_lag % 2):
+            raise ValueError("finalized_lag must be an even number >= 2")
+        self.finalized_lag = finalized_lag
         self.startup_timeout = startup_timeout
         self.extra_args = tuple(extra_args)
         self.port: int | None = None
@@ -208,6 +215,8 @@ class Anvil:
             cmd += ["--block-base-fee-per-gas", str(self.base_fee_wei)]
         if self.hardfork is not None:
             cmd += ["--hardfork", self.hardfork]
+        if self.finalized_lag is not None:
+            cmd += ["--slots-in-an-epoch", str(self.finalized_lag // 2)]
         return cmd + list(self.extra_args)
 
     def start(self) -> Anvil:
@@ -321,8 +330,11 @@ class Anvil:
 
     # -- chain control -----------------------------------------------------------------------
 
-    def block_number(self) -> int:
-        return int(self.rpc("eth_blockNumber"), 16)
+    def block_number(self, tag: str = "latest") -> int:
+        """The number of the ``latest`` block (or of ``finalized``, ``safe``)."""
+        if tag == "latest":
+            return int(self.rpc("eth_blockNumber"), 16)
+        return int(self.rpc("eth_getBlockByNumber", tag, False)["number"], 16)
 
     def mine(self, blocks: int = 1) -> None:
         """Mine `blocks` blocks now (with whatever the mempool holds), automine on or off."""

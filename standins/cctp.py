@@ -138,6 +138,12 @@ class CctpDomain:
         """Test balance: the USDC owner mints `amount` (6-decimal units) to `to`."""
         return transact(self.w3, self.owner, self.usdc.functions.mint(to, amount))
 
+    def set_burn_limit(self, amount: int) -> TxReceipt:
+        """The most one ``depositForBurn`` of USDC may burn here (6-decimal units), as
+        Circle's TokenController sets it."""
+        call = self.messenger.functions.setMaxBurnAmountPerMessage(self.usdc.address, amount)
+        return transact(self.w3, self.owner, call)
+
     def usdc_balance(self, address: str) -> int:
         return self.usdc.functions.balanceOf(address).call()
 

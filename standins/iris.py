@@ -27,6 +27,14 @@ answering), ``tamper`` (sign with a key that is not the attester's), ``confirmat
 the confirmations needed). ``DELETE /control/faults`` clears them; ``GET /control/requests``
 lists the requests served (time, path, status), ``GET /control/health`` answers 200.
 
+CCTP V2 (a domain whose ``SourceDomain`` names a ``message_transmitter_v2``): messages sent
+through that transmitter are attested as Circle's V2 attester does (see :mod:`standins.iris_v2`:
+fast at the source's ``safe`` block, standard at ``finalized``, fee and nonce filled in),
+``GET /v2/messages/{d}?nonce=`` finds a signed one by nonce, ``POST /v2/reattest/{nonce}``
+re-signs it as finalized, ``GET /v2/burn/USDC/fees/{src}/{dst}`` serves the fee schedule, and
+``rate_limit=RateLimit()`` enforces Circle's API limit (35 requests/s per caller, then 429 and a
+5-minute block) on the ``/v2`` endpoints.
+
 Run in a thread (``with IrisService(...) as iris: iris.url``) or as a process:
 ``python -m standins.iris --config iris.json`` (see :func:`main`).
 """
@@ -36,10 +44,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -51,6 +61,19 @@ from eth_utils import keccak
 
 import standins  # noqa: F401  (web3 / eth-account under the interpreter's recursion limit)
 from standins.cctp import Message, bytes32_to_address, sign_attestation
+from standins.cctp_v2 import FINALITY_THRESHOLD_FINALIZED, MessageV2
+from standins.iris_v2 import (
+    REATTEST_ACCEPTED,
+    AttestedV2,
+    FeeSchedule,
+    RateLimit,
+    RateLimiter,
+    assign_nonce,
+    complete,
+    complete_entry,
+    decide,
+    pending_entry,
+)
 
 MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
 # What signs a tampered attestation: a fixed key that no transmitter trusts.
@@ -58,14 +81,18 @@ IMPOSTOR_KEY = keccak(b"qtg standins iris impostor").hex()
 CCTP_VERSION = 1
 _TX_HASH = re.compile(r"^0x[0-9a-fA-F]{64}$")
 _PATH = re.compile(r"^/v2/messages/(\d+)$")
+_FEES_PATH = re.compile(r"^/v2/burn/USDC/fees/(\d+)/(\d+)$")
+_REATTEST_PATH = re.compile(r"^/v2/reattest/(0x[0-9a-fA-F]{64})$")
 
 
 @dataclass(frozen=True)
 class SourceDomain:
-    """A chain the service watches: its JSON-RPC URL and its MessageTransmitter's address."""
+    """A chain the service watches: its JSON-RPC URL, its MessageTransmitter's address and,
+    if CCTP V2 is deployed there, its MessageTransmitterV2's."""
 
     rpc_url: str
     message_transmitter: str
+    message_transmitter_v2: str | None = None
 
 
 @dataclass
@@ -131,6 +158,9 @@ class IrisService:
         confirmations: int = 1,
         host: str = "127.0.0.1",
         port: int = 0,
+        fees: FeeSchedule | None = None,
+        rate_limit: RateLimit | None = None,
+        expiration_blocks: int | None = None,
     ) -> None:
         if confirmations < 1:
             raise ValueError("confirmations must be at least 1")
@@ -140,6 +170,11 @@ class IrisService:
         self.state = _State()
         # (domain, tx hash) -> the messages attested for it
         self._attested: dict[tuple[int, str], list[bytes]] = {}
+        # V2: nonce -> the message signed for it
+        self._attested_v2: dict[bytes, AttestedV2] = {}
+        self.fees = fees or FeeSchedule()
+        self.rate_limiter = RateLimiter(rate_limit) if rate_limit else None
+        self.expiration_blocks = expiration_blocks
         self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -194,6 +229,9 @@ class IrisService:
             self.state.faults = Faults()
             self.state.served.clear()
             self._attested.clear()
+            self._attested_v2.clear()
+        if self.rate_limiter:
+            self.rate_limiter.reset()
 
     def served(self) -> list[Served]:
         with self.state.lock:
@@ -231,9 +269,18 @@ class IrisService:
             attested = self._attested.get((domain, tx_hash.lower()))
         if attested is not None:
             return 200, {"messages": [_entry(raw, final=True, key=key) for raw in attested]}
+        remembered = self._remembered_v2(domain, tx_hash)
+        if remembered and not any(a.reattest_requested for a in remembered):
+            return 200, {"messages": [complete_entry(a.message, key) for a in remembered]}
         receipt = chain.rpc("eth_getTransactionReceipt", tx_hash)
         if not receipt or int(receipt.get("status") or "0x0", 16) != 1:
+            if remembered:  # attested, then removed by a reorg: the attestation stays out there
+                return 200, {"messages": [complete_entry(a.message, key) for a in remembered]}
             return 404, {"error": "Message not found"}
+        if chain.source.message_transmitter_v2:
+            v2 = self._messages_v2(domain, chain, tx_hash, receipt, key)
+            if v2 is not None:
+                return 200, {"messages": v2}
         transmitter = chain.source.message_transmitter.lower()
         raw_messages = [
             bytes(abi_decode(["bytes"], bytes.fromhex(log["data"][2:]))[0])
@@ -251,6 +298,133 @@ class IrisService:
             with self.state.lock:
                 self._attested[(domain, tx_hash.lower())] = raw_messages
         return 200, {"messages": [_entry(raw, final=final, key=key) for raw in raw_messages]}
+
+    # -- V2 ----------------------------------------------------------------------------------
+
+    def _remembered_v2(self, domain: int, tx_hash: str) -> list[AttestedV2]:
+        with self.state.lock:
+            found = [
+                a
+                for a in self._attested_v2.values()
+                if a.source_domain == domain and a.tx_hash == tx_hash.lower()
+            ]
+        return sorted(found, key=lambda a: a.log_index)
+
+    def _expiration_block(self, destination_domain: int) -> int:
+        if not self.expiration_blocks or destination_domain not in self.chains:
+            return 0
+        head = int(self.chains[destination_domain].rpc("eth_blockNumber"), 16)
+        return head + self.expiration_blocks
+
+    def _messages_v2(
+        self, domain: int, chain: _Chain, tx_hash: str, receipt: dict[str, Any], key: str | bytes
+    ) -> list[dict[str, Any]] | None:
+        """The entries for the V2 messages `receipt` emitted, signing those now due; None if
+        it emitted none through the domain's MessageTransmitterV2."""
+        transmitter = (chain.source.message_transmitter_v2 or "").lower()
+        logs = [
+            log
+            for log in receipt["logs"]
+            if log["address"].lower() == transmitter
+            and log["topics"]
+            and log["topics"][0].lower() == MESSAGE_SENT_TOPIC
+        ]
+        if not logs:
+            return None
+        source_block = int(receipt["blockNumber"], 16)
+        safe = _tag_number(chain, "safe")
+        finalized = _tag_number(chain, "finalized")
+        entries = []
+        for log in logs:
+            log_index = int(log["logIndex"], 16)
+            nonce = assign_nonce(domain, tx_hash, log_index)
+            with self.state.lock:
+                known = self._attested_v2.get(nonce)
+            if known is not None:
+                if known.reattest_requested and source_block <= finalized:
+                    self._reattest_now(known)
+                entries.append(complete_entry(known.message, key))
+                continue
+            emitted = bytes(abi_decode(["bytes"], bytes.fromhex(log["data"][2:]))[0])
+            message = MessageV2.parse(emitted)
+            decision = decide(
+                message,
+                source_block=source_block,
+                safe_block=safe,
+                finalized_block=finalized,
+                fees=self.fees,
+            )
+            if decision.executed is None:
+                entries.append(pending_entry(decision.delay_reason))
+                continue
+            signed = complete(
+                message,
+                nonce=nonce,
+                executed=decision.executed,
+                fee=decision.fee,
+                expiration_block=self._expiration_block(message.destination_domain),
+            )
+            with self.state.lock:
+                self._attested_v2[nonce] = AttestedV2(
+                    domain, tx_hash.lower(), log_index, emitted, signed
+                )
+            entries.append(complete_entry(signed, key))
+        return entries
+
+    def _reattest_now(self, attested: AttestedV2) -> None:
+        """Re-sign as finalized, with a fresh expiration; the fee already charged stays."""
+        signed = MessageV2.parse(attested.message)
+        attested.message = complete(
+            signed,
+            nonce=signed.nonce,
+            executed=FINALITY_THRESHOLD_FINALIZED,
+            fee=None,
+            expiration_block=self._expiration_block(signed.destination_domain),
+        )
+        attested.reattest_requested = False
+
+    def message_by_nonce(self, domain: int, nonce: str, faults: Faults) -> tuple[int, Any]:
+        """``GET /v2/messages/{domain}?nonce=0x...``: a V2 message this service has signed."""
+        with self.state.lock:
+            attested = self._attested_v2.get(_nonce_bytes(nonce))
+        if attested is None or attested.source_domain != domain:
+            return 404, {"error": "Message not found"}
+        if attested.reattest_requested:
+            return self.messages(domain, attested.tx_hash, faults)
+        key = IMPOSTOR_KEY if faults.tamper else self.attester_key
+        return 200, {"messages": [complete_entry(attested.message, key)]}
+
+    def reattest(self, nonce: str) -> tuple[int, dict[str, Any]]:
+        """``POST /v2/reattest/{nonce}``: the message is re-signed once its source is final
+        (at once if it already is; a later GET returns the new signature)."""
+        with self.state.lock:
+            attested = self._attested_v2.get(_nonce_bytes(nonce))
+        if attested is None:
+            return 404, {"error": "Message not found"}
+        attested.reattest_requested = True
+        chain = self.chains[attested.source_domain]
+        receipt = chain.rpc("eth_getTransactionReceipt", attested.tx_hash)
+        if receipt and int(receipt["blockNumber"], 16) <= _tag_number(chain, "finalized"):
+            self._reattest_now(attested)
+        return 200, {"message": REATTEST_ACCEPTED, "nonce": nonce}
+
+    def fees_between(self, source: int, destination: int) -> tuple[int, Any]:
+        if source not in self.chains or source == destination:
+            return 400, {"error": f"Invalid route: {source} -> {destination}"}
+        return 200, self.fees.minimum_fees()
+
+
+def _nonce_bytes(nonce: str) -> bytes:
+    try:
+        value = bytes.fromhex(nonce[2:] if nonce.startswith("0x") else nonce)
+    except ValueError:
+        return b""
+    return value if len(value) == 32 else b""
+
+
+def _tag_number(chain: _Chain, tag: str) -> int:
+    block = chain.rpc("eth_getBlockByNumber", tag, False)
+    return int(block["number"], 16) if block else -1
 
 
 def _entry(raw: bytes, *, final: bool, key: str | bytes) -> dict[str, Any]:
@@ -293,6 +467,9 @@ def _entry(raw: bytes, *, final: bool, key: str | bytes) -> dict[str, Any]:
 def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body go out in two writes: without this a keep-alive client waits out
+        # Nagle + delayed ACK (~40 ms) per request, far below Circle's 35 requests/s
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet: tests read GET /control/requests instead
@@ -328,8 +505,15 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
             if url.path == "/control/requests":
                 return self._send(200, [s.__dict__ for s in service.served()])
             match = _PATH.match(url.path)
-            if match is None:
+            fees = _FEES_PATH.match(url.path)
+            if match is None and fees is None:
                 return self._send(404, {"error": "Not found"})
+            if self._rate_limited():
+                return None
+            if fees is not None:
+                status, body = service.fees_between(int(fees.group(1)), int(fees.group(2)))
+                service._record(self.path, status)
+                return self._send(status, body)
             faults = service._take_fault()
             if faults.delay:
                 time.sleep(faults.delay)
@@ -341,18 +525,44 @@ def _handler_for(service: IrisService) -> type[BaseHTTPRequestHandler]:
             elif faults.status:
                 status, body = faults.status, {"error": "Service unavailable"}
             else:
-                tx_hash = (parse_qs(url.query).get("transactionHash") or [""])[0]
-                if not tx_hash:
-                    status, body = 400, {"error": "transactionHash or nonce is required"}
-                else:
-                    try:
-                        status, body = service.messages(int(match.group(1)), tx_hash, faults)
-                    except (httpx.HTTPError, RuntimeError) as exc:
-                        status, body = 503, {"error": f"source chain unavailable: {exc}"}
+                query = parse_qs(url.query)
+                tx_hash = (query.get("transactionHash") or [""])[0]
+                nonce = (query.get("nonce") or [""])[0]
+                domain = int(match.group(1))
+                try:
+                    if tx_hash:
+                        status, body = service.messages(domain, tx_hash, faults)
+                    elif nonce:
+                        status, body = service.message_by_nonce(domain, nonce, faults)
+                    else:
+                        status, body = 400, {"error": "transactionHash or nonce is required"}
+                except (httpx.HTTPError, RuntimeError) as exc:
+                    status, body = 503, {"error": f"source chain unavailable: {exc}"}
             service._record(self.path, status)
             self._send(status, body, headers)
 
+        def _rate_limited(self) -> bool:
+            """Answer 429 (and count the caller as blocked) when over the API limit."""
+            if service.rate_limiter is None:
+                return False
+            wait = service.rate_limiter.check(self.client_address[0])
+            if wait is None:
+                return False
+            service._record(self.path, 429)
+            self._send(429, {"error": "Too Many Requests"}, {"Retry-After": str(math.ceil(wait))})
+            return True
+
         def do_POST(self) -> None:
+            reattest = _REATTEST_PATH.match(urlsplit(self.path).path)
+            if reattest is not None:
+                if self._rate_limited():
+                    return None
+                try:
+                    status, body = service.reattest(reattest.group(1))
+                except (httpx.HTTPError, RuntimeError) as exc:
+                    status, body = 503, {"error": f"source chain unavailable: {exc}"}
+                service._record(self.path, status)
+                return self._send(status, body)
             if urlsplit(self.path).path != "/control/faults":
                 return self._send(404, {"error": "Not found"})
             try:
@@ -380,6 +590,8 @@ def write_config(
     attester_key_file: Path,
     confirmations: int,
     port: int,
+    fees: FeeSchedule | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> None:
     """The file ``python -m standins.iris --config`` reads."""
     path.write_text(
@@ -388,10 +600,11 @@ def write_config(
                 "port": port,
                 "confirmations": confirmations,
                 "attester_key_file": str(attester_key_file),
-                "domains": {
-                    str(d): {"rpc_url": s.rpc_url, "message_transmitter": s.message_transmitter}
-                    for d, s in domains.items()
-                },
+                "domains": {str(d): asdict(s) for d, s in domains.items()},
+                "fees": None
+                if fees is None
+                else {"fast_bps": str(fees.fast_bps), "standard_bps": str(fees.standard_bps)},
+                "rate_limit": None if rate_limit is None else asdict(rate_limit),
             },
             indent=2,
         )
@@ -405,6 +618,10 @@ def from_config(path: Path) -> IrisService:
         attester_key=Path(config["attester_key_file"]).read_text().strip(),
         confirmations=int(config.get("confirmations", 1)),
         port=int(config.get("port", 0)),
+        fees=FeeSchedule(**{k: Decimal(v) for k, v in config["fees"].items()})
+        if config.get("fees")
+        else None,
+        rate_limit=RateLimit(**config["rate_limit"]) if config.get("rate_limit") else None,
     )
 
 

@@ -1,11 +1,21 @@
 """Chain transactions in the admin: read-only, with their audit trail; a movement's page lists
 the transactions its nodes made, with their states."""
 
-from django.contrib import admin
+from importlib import import_module
 
-from movements.interface import add_movement_page_inline
+from django.contrib import admin
+from django.utils import timezone
+
+from movements.public import add_movement_page_inline
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin
-from venues.models import ChainTransaction, ChainTransactionEvent
+from venues.models import (
+    LIVE_TX_STATES,
+    ChainLedgerEntry,
+    ChainTransaction,
+    ChainTransactionEvent,
+    NonceCursor,
+    TxState,
+)
 
 
 class ChainTransactionEventInline(ReadOnlyInline):
@@ -47,6 +57,82 @@ class ChainTransactionAdmin(ReadOnlyModelAdmin):
     ordering = ("-id",)
 
 
+@admin.register(ChainLedgerEntry)
+class ChainLedgerEntryAdmin(ReadOnlyModelAdmin):
+    """What nodes' transactions moved at finality, and each reversal by a final reorg
+    (append-only: a reversal points at the entry it compensates)."""
+
+    list_display = (
+        "id",
+        "at",
+        "chain",
+        "kind",
+        "amount",
+        "asset",
+        "chain_transaction",
+        "movement",
+        "compensates",
+    )
+    list_filter = ("kind", "chain", "asset")
+    search_fields = ("chain_transaction__tx_hash", "movement__id")
+    list_select_related = ("chain_transaction", "movement", "compensates")
+    readonly_fields = [field.name for field in ChainLedgerEntry._meta.fields]
+    ordering = ("-at", "-id")
+
+
+@admin.register(NonceCursor)
+class SenderQueueAdmin(ReadOnlyModelAdmin):
+    """Each sender's nonce queue on each chain: the next nonce QTG hands out, the lowest one
+    still in flight (what every later transaction of the sender waits behind), its state and
+    age, and how many are in flight."""
+
+    list_display = (
+        "chain",
+        "sender",
+        "next_nonce",
+        "lowest_in_flight",
+        "lowest_state",
+        "lowest_age",
+        "in_flight",
+    )
+    list_filter = ("chain",)
+    search_fields = ("sender",)
+    readonly_fields = [field.name for field in NonceCursor._meta.fields]
+    ordering = ("chain", "sender")
+
+    def _queue(self, cursor):
+        return ChainTransaction.objects.filter(
+            chain=cursor.chain,
+            sender=cursor.sender,
+            nonce__isnull=False,
+            state__in=[*LIVE_TX_STATES, TxState.CREATED],
+        ).exclude(state=TxState.CONFIRMED)
+
+    def _lowest(self, cursor):
+        return self._queue(cursor).order_by("nonce", "id").first()
+
+    @admin.display(description="lowest nonce in flight")
+    def lowest_in_flight(self, cursor):
+        lowest = self._lowest(cursor)
+        return "-" if lowest is None else lowest.nonce
+
+    @admin.display(description="its state")
+    def lowest_state(self, cursor):
+        lowest = self._lowest(cursor)
+        return "-" if lowest is None else lowest.state
+
+    @admin.display(description="waiting for (s)")
+    def lowest_age(self, cursor):
+        lowest = self._lowest(cursor)
+        if lowest is None:
+            return "-"
+        return int((timezone.now() - lowest.created_at).total_seconds())
+
+    @admin.display(description="in flight")
+    def in_flight(self, cursor):
+        return self._queue(cursor).count()
+
+
 class MovementChainTransactionInline(ReadOnlyInline):
     """The movement page: every transaction its nodes signed, with its state."""
 
@@ -77,3 +163,7 @@ class MovementChainTransactionInline(ReadOnlyInline):
 
 
 add_movement_page_inline(MovementChainTransactionInline)
+
+
+# The exchange adapter's own rows (its journal and measured clocks).
+import_module("venues.cex.admin")

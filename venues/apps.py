@@ -7,6 +7,19 @@ from django.apps import AppConfig
 ADAPTERS = ("venues.evm", "venues.cex", "venues.cctp", "venues.solana")
 
 
+# The executors each adapter's ``executors`` module registers (all as the "venues" provider):
+# declared at start-up so their names are known without importing web3, ccxt or solana; the
+# module is imported the first time one of its executors is used. A test holds this table to
+# what the modules register.
+EXECUTORS = {
+    "venues.evm.executors": ("evm_transfer", "evm_transfer_observe", "chain_tx_observe"),
+    "venues.cex.executors": ("cex_withdraw", "cex_withdrawal_observe", "cex_deposit_observe"),
+    "venues.cctp.executors": ("cctp_burn", "cctp_mint", "cctp_attestation_observe"),
+    "venues.solana.executors": ("solana_transfer", "solana_transfer_observe"),
+}
+PROVIDER = "venues"
+
+
 def installed_adapters() -> list[str]:
     return [name for name in ADAPTERS if find_spec(name) is not None]
 
@@ -17,13 +30,39 @@ class VenuesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from movements import interface
+        from movements import ports
+        from movements.executors.registry import registry
         from qtg.core.venues import provide_venues
         from venues import conf, local
 
         for adapter in installed_adapters():
-            if find_spec(f"{adapter}.executors") is not None:
-                import_module(f"{adapter}.executors")  # registers the adapter's executors
+            # The adapter's chain family (address spelling, finality vocabulary), if it has one.
+            if find_spec(f"{adapter}.family") is not None:
+                import_module(f"{adapter}.family").register()
+        for adapter in installed_adapters():
+            module = f"{adapter}.executors"
+            for name in EXECUTORS.get(module, ()):
+                registry.declare(name, provider=PROVIDER, module=module)
+            if module not in EXECUTORS and find_spec(module) is not None:
+                import_module(module)  # an adapter without a declaration registers now
+        if find_spec("venues.evm") is not None:
+            register_chain_fact_checks()
         # The accounts the reviewed configuration names are venues movements may name.
-        provide_venues(conf.account_names())
-        interface.provide_embedded_services(local.start_standins)
+        provide_venues(conf.account_names(), details=conf.account_details())
+        ports.provide_embedded_services(local.start_standins)
+
+
+def register_chain_fact_checks() -> None:
+    """``manage.py check --deploy``: every configured token's decimals read from its chain
+    and compared with the reviewed config (deploy-only: it talks to the chains; the EVM
+    client is imported only when the check runs)."""
+    from django.core import checks
+
+    @checks.register(checks.Tags.compatibility, deploy=True)
+    def token_decimals_match_the_chain(app_configs=None, **kwargs):
+        from venues.evm.config import evm_chains
+        from venues.evm.facts import check_chain_facts
+
+        return [
+            checks.Error(problem, id="venues.E025") for problem in check_chain_facts(evm_chains())
+        ]

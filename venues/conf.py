@@ -65,6 +65,37 @@ def account_names() -> list[str]:
     return names
 
 
+def account_details() -> dict[str, dict[str, Any]]:
+    """What the API's venue list says of each configured account: its kind, the chain or
+    exchange it is on, and the assets it can carry (null: whatever the exchange holds)."""
+    details: dict[str, dict[str, Any]] = {}
+    for chain, entry in section("chains", "chains").items():
+        entry = entry or {}
+        native = (entry.get("native") or {}).get("symbol") or (
+            "SOL" if entry.get("kind") == "solana" else "ETH"
+        )
+        tokens = [str(symbol) for symbol in (entry.get("tokens") or {})]
+        for account in entry.get("accounts") or {}:
+            details[str(account)] = {
+                "kind": "chain_account",
+                "chain": str(chain),
+                "chain_kind": str(entry.get("kind") or ""),
+                "exchange": None,
+                "assets": sorted({str(native), *tokens}),
+            }
+    for exchange, entry in section("exchanges", "exchanges").items():
+        entry = entry or {}
+        for account in entry.get("accounts") or {}:
+            details[str(account)] = {
+                "kind": "exchange_account",
+                "chain": None,
+                "chain_kind": None,
+                "exchange": str(exchange),
+                "assets": None,
+            }
+    return details
+
+
 def rpc_url(chain: str, variable: str) -> str:
     """A chain's RPC URL, from the environment variable its entry names."""
     url = os.environ.get(variable, "")

@@ -43,7 +43,7 @@ def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
     for variable in conf.FILES.values():
         if env.get(variable):
             os.environ[variable] = env[variable]
-    provide_venues(conf.account_names())
+    provide_venues(conf.account_names(), details=conf.account_details())
     return started
 
 

@@ -17,10 +17,17 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from movements.interface import MovementRequest, MovementRequestNode
+from movements.public import MovementRequest, MovementRequestNode
 from qtg.core.actors import ActorType
+from qtg.core.chain import linked_constraint
 from qtg.core.models import AppendOnlyModel
-from venues.cex.models import CexRateBucket, CexWithdrawal  # noqa: F401 (the exchange adapter's)
+from qtg.core.money import MONEY
+from venues.cex.models import (  # noqa: F401
+    CexClock,
+    CexDepositClaim,
+    CexRateBucket,
+    CexWithdrawal,
+)  # (the exchange adapter's)
 
 
 class TxState(models.TextChoices):
@@ -31,9 +38,12 @@ class TxState(models.TextChoices):
     CONFIRMED = "CONFIRMED"  # in a canonical block, not final yet
     FINALIZED = "FINALIZED"  # final by the chain's policy
     FAILED = "FAILED"  # never signed/broadcastable, or mined and reverted (final)
+    # The provisional exits (REPLACED, DROPPED): each walks back (to PENDING/CONFIRMED, with
+    # evidence) if the chain contradicts it later, e.g. an original mined after a reorg took
+    # its bump away.
     REPLACED = "REPLACED"  # another transaction with its nonce won (never a failure)
-    DROPPED = "DROPPED"  # its nonce was used by a transaction that is not ours
-    EXPIRED = "EXPIRED"  # Solana: its blockhash expired before it landed
+    DROPPED = "DROPPED"  # its nonce was used by a transaction that is not ours (at finality)
+    EXPIRED = "EXPIRED"  # Solana: its blockhash expired before it landed (final)
 
 
 class TxPurpose(models.TextChoices):
@@ -43,9 +53,15 @@ class TxPurpose(models.TextChoices):
 
 S = TxState
 
-# The transaction table. CONFIRMED -> PENDING is the one backwards edge: a reorg took the
-# block away. PENDING -> BROADCAST is a re-broadcast of the stored bytes of a transaction
-# that left the mempool.
+# The transaction table. Backwards edges: CONFIRMED -> PENDING (a reorg took the block
+# away); REPLACED/DROPPED -> CONFIRMED/PENDING (a later sighting: the transaction is mined or
+# in the mempool after all; its receipt decides the winner of a fee-bump pair, not which was
+# seen first). PENDING -> BROADCAST is a re-broadcast of the stored bytes of a transaction
+# that left the mempool. FINALIZED -> PENDING is the one exit of a final state: a finalized
+# transaction the post-final watcher no longer finds in the canonical chain (a reorg deeper
+# than the reviewed policy trusted: ``final_reorg``); its ledger entry is compensated, never
+# erased (``ChainLedgerEntry``). FAILED and EXPIRED have no exit (Solana's EXPIRED is
+# concluded only on a status answer covering the decisive slot: ``venues.solana.fate``).
 TX_TRANSITIONS: Mapping[TxState, frozenset[TxState]] = {
     S.CREATED: frozenset({S.SIGNED, S.FAILED, S.REPLACED}),
     S.SIGNED: frozenset(
@@ -54,14 +70,20 @@ TX_TRANSITIONS: Mapping[TxState, frozenset[TxState]] = {
     S.BROADCAST: frozenset({S.PENDING, S.CONFIRMED, S.FAILED, S.REPLACED, S.DROPPED, S.EXPIRED}),
     S.PENDING: frozenset({S.BROADCAST, S.CONFIRMED, S.REPLACED, S.DROPPED, S.EXPIRED}),
     S.CONFIRMED: frozenset({S.FINALIZED, S.FAILED, S.PENDING}),
-    S.FINALIZED: frozenset(),
+    S.FINALIZED: frozenset({S.PENDING}),
     S.FAILED: frozenset(),
-    S.REPLACED: frozenset(),
-    S.DROPPED: frozenset(),
+    S.REPLACED: frozenset({S.CONFIRMED, S.PENDING}),
+    S.DROPPED: frozenset({S.CONFIRMED, S.PENDING}),
     S.EXPIRED: frozenset(),
 }
 
-TERMINAL_TX_STATES = frozenset(state for state, targets in TX_TRANSITIONS.items() if not targets)
+# Final by the chain's facts: nothing QTG does moves them on (FINALIZED leaves only when the
+# chain itself contradicts its finality, see above).
+FINAL_TX_STATES = frozenset({S.FINALIZED, S.FAILED, S.EXPIRED})
+# Ended for QTG's own actions (nothing re-sends or bumps them), though the provisional ones
+# walk back on a later sighting.
+PROVISIONAL_TX_STATES = frozenset({S.REPLACED, S.DROPPED})
+TERMINAL_TX_STATES = FINAL_TX_STATES | PROVISIONAL_TX_STATES
 # Signed and possibly known to the network: what the stuck detector and observers watch.
 LIVE_TX_STATES = frozenset({S.SIGNED, S.BROADCAST, S.PENDING, S.CONFIRMED})
 
@@ -81,7 +103,7 @@ class ChainTransaction(models.Model):
     sender = models.CharField(max_length=128)
     nonce = models.PositiveBigIntegerField(null=True, blank=True)  # none on Solana
     # Why QTG signed it: a node's transaction, or a filler of a nonce a node left unused
-    # (``replaces`` then points at the orphan it stands in for; ``venues.evm.gaps``).
+    # (``replaces`` then points at the orphan it stands in for; ``venues.evm.tx.gaps``).
     purpose = models.CharField(max_length=16, choices=TxPurpose.choices, default=TxPurpose.NODE)
     state = models.CharField(max_length=16, choices=TxState.choices, default=TxState.CREATED)
     # The transaction as signed (to, value, data, gas, fees, ...), JSON-safe.
@@ -156,11 +178,59 @@ class ChainTransactionEvent(AppendOnlyModel):
     actor_id = models.CharField(max_length=128, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
+    chain_stream = "chain_transaction_id"
+    chain_time = "at"
+
     class Meta:
         ordering = ["at", "id"]
+        constraints = [linked_constraint("chaintransactionevent")]
 
     def __str__(self) -> str:
         return f"{self.from_state or '-'} -> {self.to_state}"
+
+
+class LedgerKind(models.TextChoices):
+    FINAL = "final", "Final on the chain"
+    REVERSAL = "reversal", "Reversed: the final transaction left the chain"
+
+
+class ChainLedgerEntry(AppendOnlyModel):
+    """The append-only ledger of what a node's chain transactions moved at finality: one
+    FINAL entry (+amount) when a transaction of a node becomes FINALIZED, and, when a
+    finalized transaction leaves the canonical chain (a final reorg), a REVERSAL entry
+    (-amount) pointing at the entry it compensates. Nothing is ever changed or deleted: the
+    sum of a transaction's entries is what the chain holds now (the custody article's
+    "reversed with a compensating entry")."""
+
+    chain = models.CharField(max_length=64)
+    chain_transaction = models.ForeignKey(
+        ChainTransaction, on_delete=models.PROTECT, related_name="ledger_entries"
+    )
+    movement = models.ForeignKey(
+        MovementRequest, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    node = models.ForeignKey(
+        MovementRequestNode, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    kind = models.CharField(max_length=16, choices=LedgerKind.choices)
+    asset = models.CharField(max_length=32, blank=True)
+    amount = models.DecimalField(**MONEY)  # signed: negative for a reversal
+    compensates = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensated_by"
+    )
+    evidence = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    chain_stream = "chain_transaction_id"
+    chain_time = "at"
+
+    class Meta:
+        ordering = ["at", "id"]
+        verbose_name_plural = "chain ledger entries"
+        constraints = [linked_constraint("chainledgerentry")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.amount} {self.asset} ({self.chain_transaction_id})"
 
 
 class NonceCursor(models.Model):

@@ -12,6 +12,21 @@ from django.db import IntegrityError, transaction
 from venues.models import NonceCursor
 
 
+def sender_lock(*, chain: str, sender: str, chain_next: int) -> NonceCursor:
+    """Lock the sender's cursor row (created at ``chain_next`` if it has none yet) for the
+    rest of the caller's database transaction: what is decided under it (one allowance
+    approve per sender and spender) is decided by one worker at a time."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("sender_lock must run inside a database transaction")
+    if not NonceCursor.objects.filter(chain=chain, sender=sender).exists():
+        try:
+            with transaction.atomic():
+                NonceCursor.objects.create(chain=chain, sender=sender, next_nonce=chain_next)
+        except IntegrityError:
+            pass  # another worker created it first
+    return NonceCursor.objects.select_for_update().get(chain=chain, sender=sender)
+
+
 def nonce_allocate(*, chain: str, sender: str, chain_next: int) -> int:
     """The next nonce of ``sender`` on ``chain``. ``chain_next`` is the chain's own count of
     the sender's transactions (pending included): where a cursor starts, and where it jumps to

@@ -9,11 +9,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from qtg.core.actors import Actor
+from qtg.core.actors import Actor, acting
 from qtg.core.errors import IllegalStateTransition, StaleState
 from venues.models import (
+    ChainLedgerEntry,
     ChainTransaction,
     ChainTransactionEvent,
+    LedgerKind,
     TxPurpose,
     TxState,
     can_transition_tx_state,
@@ -117,6 +119,8 @@ def chain_transaction_transition(
             update.add(stamp)
         tx.save(update_fields=sorted(update))
         _event(tx, old, target, actor=actor, evidence=evidence, at=now)
+        if S.FINALIZED in (old, target):
+            _ledger(tx, entering=target == S.FINALIZED, evidence=evidence, at=now)
     return tx
 
 
@@ -146,6 +150,52 @@ def chain_transaction_count_confirmations(*, chain_transaction_id: int, confirma
     ).update(confirmations=confirmations)
 
 
+def _ledger(
+    tx: ChainTransaction, *, entering: bool, evidence: Mapping[str, Any] | None, at: Any
+) -> None:
+    """The ledger follows a node's transaction into and out of FINALIZED: +amount when it
+    becomes final, a compensating -amount entry when a final reorg takes it away (the entry
+    it compensates is never touched). Transactions of no node (nonce fills, a sender's
+    allowance) move nothing of a movement's."""
+    if tx.node_id is None or tx.movement_id is None:
+        return
+    if entering:
+        movement = tx.movement
+        ChainLedgerEntry.objects.create(
+            chain=tx.chain,
+            chain_transaction=tx,
+            movement_id=tx.movement_id,
+            node_id=tx.node_id,
+            kind=LedgerKind.FINAL,
+            asset=movement.asset,
+            amount=movement.amount,
+            evidence=dict(evidence or {}),
+            at=at,
+        )
+        return
+    final = (
+        ChainLedgerEntry.objects.filter(
+            chain_transaction=tx, kind=LedgerKind.FINAL, compensated_by__isnull=True
+        )
+        .order_by("-id")
+        .first()
+    )
+    if final is None:
+        return
+    ChainLedgerEntry.objects.create(
+        chain=tx.chain,
+        chain_transaction=tx,
+        movement_id=final.movement_id,
+        node_id=final.node_id,
+        kind=LedgerKind.REVERSAL,
+        asset=final.asset,
+        amount=-final.amount,
+        compensates=final,
+        evidence=dict(evidence or {}),
+        at=at,
+    )
+
+
 def _set_fields(tx: ChainTransaction, fields: Mapping[str, Any]) -> set[str]:
     unknown = set(fields) - WRITABLE
     if unknown:
@@ -168,6 +218,7 @@ def _event(
     evidence: Mapping[str, Any] | None,
     at: Any = None,
 ) -> ChainTransactionEvent:
+    actor = acting(actor)
     return ChainTransactionEvent.objects.create(
         chain_transaction=tx,
         from_state=old,

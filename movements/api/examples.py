@@ -24,6 +24,7 @@ MOVEMENT_VALUE: dict[str, Any] = {
     "approved_by": "alice",
     "approved_at": "2026-12-01T10:02:10Z",
     "failure_reason": None,
+    "withdrawn_by": None,
     "reservation": {"state": "HELD", "amount": "1500.25"},
     "nodes": [
         {
@@ -55,6 +56,9 @@ CREATE_REQUEST = OpenApiExample(
 )
 REASON_REQUEST = OpenApiExample(
     "Reason", value={"reason": "not budgeted this week"}, request_only=True
+)
+WITHDRAW_REQUEST = OpenApiExample(
+    "Withdraw", value={"reason": "sent to the wrong destination"}, request_only=True
 )
 CANCEL_REQUEST = OpenApiExample(
     "Cancel",
@@ -98,6 +102,61 @@ ROUTE_TEMPLATES = OpenApiExample(
     response_only=True,
 )
 
+TEMPLATES = OpenApiExample(
+    "Templates",
+    value=[
+        {
+            "key": "cex_to_cex",
+            "version": 1,
+            "name": "Exchange to exchange",
+            "description": "Withdraw from the source exchange, watch the withdrawal settle, "
+            "then watch the deposit arrive at the destination exchange.",
+            "nodes": [
+                {"key": "withdraw", "kind": "ACTION", "has_side_effect": True},
+                {"key": "withdraw_observe", "kind": "OBSERVE", "has_side_effect": False},
+                {"key": "deposit_observe", "kind": "OBSERVE", "has_side_effect": False},
+            ],
+            "edges": [
+                {"source": "withdraw", "target": "withdraw_observe"},
+                {"source": "withdraw_observe", "target": "deposit_observe"},
+            ],
+            "assets": None,
+            "params": [
+                {
+                    "name": "network",
+                    "type": "string",
+                    "required": False,
+                    "default": "ethereum",
+                    "choices": None,
+                }
+            ],
+        }
+    ],
+    response_only=True,
+)
+VENUES = OpenApiExample(
+    "Venues",
+    value=[
+        {
+            "name": "sandbox-exchange-a",
+            "kind": "listed",
+            "chain": None,
+            "chain_kind": None,
+            "exchange": None,
+            "assets": None,
+        },
+        {
+            "name": "treasury",
+            "kind": "chain_account",
+            "chain": "ethereum",
+            "chain_kind": "evm",
+            "exchange": None,
+            "assets": ["ETH", "USDC"],
+        },
+    ],
+    response_only=True,
+)
+
 _PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
     400: ("invalid", "the request is invalid", {"amount": ["This field is required."]}),
     401: ("not_authenticated", "Authentication credentials were not provided.", {}),
@@ -110,7 +169,18 @@ _PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
         "this Idempotency-Key was already used with a different request body",
         {"idempotency_key": "order-1842", "movement_id": MOVEMENT_ID},
     ),
+    413: ("payload_too_large", "The request body is larger than 65536 bytes.", {}),
     429: ("throttled", "Request was throttled. Expected available in 3 seconds.", {}),
+    500: (
+        "server_error",
+        "an unexpected error occurred: quote the request id when you report it",
+        {"request_id": "2f8d5c3e-7b1a-4e0f-9c6d-0a1b2c3d4e5f"},
+    ),
+    503: (
+        "service_unavailable",
+        "the database is unavailable: retry later",
+        {"request_id": "2f8d5c3e-7b1a-4e0f-9c6d-0a1b2c3d4e5f"},
+    ),
 }
 
 
@@ -128,6 +198,7 @@ def problem(status: int) -> OpenApiExample:
             "detail": detail,
             "code": code,
             "details": details,
+            "message": detail,
         },
         response_only=True,
         status_codes=[str(status)],

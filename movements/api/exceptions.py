@@ -11,12 +11,15 @@ progress, 422 an Idempotency-Key reused with a different body. DRF's own errors 
 authentication, validation, method, media type) keep their status and headers.
 """
 
+import logging
 import uuid
 from http import HTTPStatus
 from typing import Any
 
+import structlog
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, JsonResponse
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -27,6 +30,21 @@ from qtg.core.errors import QTGError
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:qtg:problem:"
+REQUEST_ID_HEADER = "X-Request-ID"
+# Seconds a client waits before retrying a 409 idempotency_in_progress, a 429 whose throttle
+# cannot say, or a 503.
+DEFAULT_RETRY_AFTER = 1
+UNAVAILABLE_RETRY_AFTER = 5
+# Statuses whose answer always says when to retry.
+RETRY_STATUSES = (429, 503)
+
+logger = logging.getLogger(__name__)
+
+
+def request_id() -> str:
+    """The id django-structlog bound to this request's log lines (one is made if none is)."""
+    bound = structlog.contextvars.get_contextvars().get("request_id")
+    return str(bound) if bound else str(uuid.uuid4())
 
 
 def error_body(
@@ -81,12 +99,88 @@ def _with_current_state(details: dict[str, Any], context: dict[str, Any]) -> dic
     return {**details, "current_state": state} if state else details
 
 
+def server_failure_body(exc: BaseException) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """The problem document, status and headers of a failure nobody handled: 503 when the
+    database is unreachable, 500 otherwise; both name the request id its log lines carry."""
+    rid = request_id()
+    headers = {REQUEST_ID_HEADER: rid}
+    if isinstance(exc, OperationalError | InterfaceError):
+        logger.error("database unavailable (request %s)", rid, exc_info=exc)
+        headers["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+        body = error_body(
+            "service_unavailable",
+            "the database is unavailable: retry later",
+            {"request_id": rid},
+            status_code=503,
+        )
+        return body, 503, headers
+    logger.error("unhandled failure (request %s)", rid, exc_info=exc)
+    body = error_body(
+        "server_error",
+        "an unexpected error occurred: quote the request id when you report it",
+        {"request_id": rid},
+        status_code=500,
+    )
+    return body, 500, headers
+
+
+def server_failure_response(exc: BaseException) -> JsonResponse:
+    """``server_failure_body`` as a plain Django response (outside DRF's views)."""
+    body, status_code, headers = server_failure_body(exc)
+    response = JsonResponse(body, status=status_code, content_type=PROBLEM_CONTENT_TYPE)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+class ApiProblemMiddleware:
+    """Under /api/: a failure that escapes a view, and Django's own error pages (an unknown
+    path, a 500 from a middleware), answer with a problem document, never HTML."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if not request.path.startswith("/api/") or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").startswith(
+            (PROBLEM_CONTENT_TYPE, "application/json", "application/vnd.oai")
+        ):
+            return response
+        if response.status_code >= 500:
+            return server_failure_response(RuntimeError(f"HTTP {response.status_code}"))
+        code = "not_found" if response.status_code == 404 else "error"
+        message = f"no such endpoint: {request.path}" if code == "not_found" else code
+        return JsonResponse(
+            error_body(code, message, status_code=response.status_code),
+            status=response.status_code,
+            content_type=PROBLEM_CONTENT_TYPE,
+        )
+
+    def process_exception(self, request, exc):
+        if not request.path.startswith("/api/"):
+            return None
+        return server_failure_response(exc)
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _handle(exc, context)
+    if response is not None and response.status_code in RETRY_STATUSES:
+        # Every 429 and 503 says when to retry (DRF's throttles only when they know).
+        response.setdefault("Retry-After", str(DEFAULT_RETRY_AFTER))
+    return response
+
+
+def _handle(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, QTGError):
         details = exc.details
         if exc.http_status == status.HTTP_409_CONFLICT:
             details = _with_current_state(details, context)
-        return problem(exc.code, exc.message, details, status_code=exc.http_status)
+        headers = {}
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
+        return problem(exc.code, exc.message, details, status_code=exc.http_status, headers=headers)
     if isinstance(exc, ConcurrentTransition | TransitionNotAllowed):
         # Services lock rows before a transition, so this means someone else moved it first.
         return problem(
@@ -101,7 +195,11 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         exc = exceptions.PermissionDenied()
     response = drf_exception_handler(exc, context)
     if response is None:
-        return None  # a bug: let Django report it as a 500
+        # A bug or an outage: logged with the request id, answered as a problem (never HTML).
+        body, status_code, headers = server_failure_body(exc)
+        return Response(
+            body, status=status_code, headers=headers, content_type=PROBLEM_CONTENT_TYPE
+        )
     # DRF's own response carries the headers that matter (WWW-Authenticate, Retry-After, Allow).
     headers = {
         name: value

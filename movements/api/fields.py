@@ -15,7 +15,7 @@ from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
-from qtg.core.venues import BASE58_ADDRESS, EVM_ADDRESS, canonical_venue, is_chain_address
+from qtg.core.venues import canonical_venue, is_chain_address
 
 # A positive amount below 1e20 with at most 18 decimal places, in plain digits: "100",
 # "100.50", "0.000001". No sign, exponent, leading zeros, whitespace or JSON number.
@@ -35,6 +35,9 @@ AMOUNT_PATTERN = AMOUNT_PATTERN_EXACT if settings.DB_IS_POSTGRES else AMOUNT_PAT
 ASSET_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,31}\Z"
 VENUE_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}\Z"
 NODE_KEY_PATTERN = r"\A[a-z][a-z0-9_]{0,63}\Z"
+TEMPLATE_KEY_PATTERN = r"\A[a-z][a-z0-9_]{0,63}\Z"
+TEMPLATE_EXAMPLES = ["cex_to_cex", "evm_transfer"]
+VENUE_EXAMPLES = ["sandbox-exchange-a", "treasury", "0x52908400098527886E0F7030069857D2E4169EE7"]
 NOT_BLANK_PATTERN = r"\A[\s\S]*\S[\s\S]*\Z"
 # Visible ASCII: safe in an HTTP header, in logs and in the database. The IETF draft sends the
 # key as a structured-field string ("..."): the quoted form means the same key without quotes.
@@ -112,7 +115,8 @@ class StrictCharField(serializers.CharField):
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer (not a string, a float or a boolean)."""
+    """A JSON integer (not a string, a float or a boolean): ``60.0`` is refused too, though
+    JSON Schema counts it as an integer (contract 1.0)."""
 
     default_error_messages = {"invalid": "Must be a JSON integer."}
 
@@ -175,21 +179,51 @@ class VenueField(serializers.ChoiceField):
         return super().to_internal_value(canonical_venue(data))
 
 
-# What the schema says besides the known venues: an EVM or a Solana address.
-CHAIN_ADDRESS_PATTERN = f"{EVM_ADDRESS.pattern}|{BASE58_ADDRESS.pattern}"
-
-
 class VenueFieldSchema(OpenApiSerializerFieldExtension):
-    """The schema of a venue: one of the known venues (``VenueEnum``) or a chain address."""
+    """The schema of a venue: a string (never an enum of the venues this deployment knows:
+    they are read at run time, ``GET /api/v1/venues/``), with its pattern and examples."""
 
     target_class = VenueField
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
-        known = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
-        known.pop("description", None)  # said once, on the field
-        address = {
+        return {
             "type": "string",
-            "pattern": CHAIN_ADDRESS_PATTERN,
-            "description": "A chain address: 0x and 40 hex digits (EVM) or base58 (Solana).",
+            "pattern": ecma(VENUE_PATTERN),
+            "examples": VENUE_EXAMPLES,
         }
-        return {"anyOf": [known, address]}
+
+
+class TemplateKeyField(serializers.CharField):
+    """The key of an active route template: a string matching ``TEMPLATE_KEY_PATTERN``,
+    checked against the templates at run time."""
+
+    default_error_messages = {
+        "invalid": "Must be a JSON string.",
+        "unknown": "Unknown route template {input!r}: GET /api/v1/templates/ lists them.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        from movements.api.selectors import route_templates_current
+
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if not re.search(TEMPLATE_KEY_PATTERN, data) or data not in {
+            template.key for template in route_templates_current()
+        }:
+            self.fail("unknown", input=data)
+        return data
+
+
+class TemplateKeyFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = TemplateKeyField
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        return {
+            "type": "string",
+            "pattern": ecma(TEMPLATE_KEY_PATTERN),
+            "examples": TEMPLATE_EXAMPLES,
+        }

@@ -7,7 +7,7 @@ from django_filters import rest_framework as filters
 from django_filters.fields import IsoDateTimeField
 
 from movements.models import MovementRequest
-from movements.services.attention import needing_attention_q
+from movements.selectors import needing_attention_q
 from movements.states import RequestState
 
 

@@ -41,6 +41,14 @@ class MovementPagination(PageNumberPagination):
         # cursor (updated_after) gives next/next_cursor.
         paged = super().get_paginated_response_schema(schema)
         paged["required"] = ["results"]
+        # This API's own examples, not DRF's accounts/ boilerplate.
+        properties = paged["properties"]
+        properties["count"]["example"] = 137
+        properties["count"]["description"] = "Page paging only: how many movements match."
+        properties["next"]["example"] = "https://qtg.example.com/api/v1/movements/?page=3"
+        properties["next"]["description"] = "The next page's URL; null on the last page."
+        properties["previous"]["example"] = "https://qtg.example.com/api/v1/movements/?page=1"
+        properties["previous"]["description"] = "Page paging only: the previous page's URL."
         paged["properties"]["next_cursor"] = {
             "type": "string",
             "nullable": True,

@@ -23,9 +23,9 @@ from movements.api.fields import (
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
+    TemplateKeyField,
     VenueField,
 )
-from movements.api.selectors import route_templates_current
 from movements.models import (
     OPERATOR_DETAIL,
     AttentionReason,
@@ -48,6 +48,11 @@ MAX_REASON_LENGTH = 2000
 # --- Errors ----------------------------------------------------------------------------------
 
 
+@extend_schema_field({"type": "string", "deprecated": True})
+class DeprecatedCharField(serializers.CharField):
+    """A string member kept for older clients, published as deprecated."""
+
+
 class ProblemSerializer(serializers.Serializer):
     """An RFC 9457 problem (`application/problem+json`): the one shape of every 4xx."""
 
@@ -63,8 +68,9 @@ class ProblemSerializer(serializers.Serializer):
         help_text="Field errors (field name -> list of messages) or facts about the refusal, "
         "e.g. `current_state` on a 409.",
     )
-    message = serializers.CharField(
-        help_text="Deprecated: the same text as `detail` (the v1.0 error shape's name for it)."
+    message = DeprecatedCharField(
+        help_text="Deprecated since contract 1.2 (read `detail`): the same text as `detail`, "
+        "the v1.0 error shape's name for it; kept for clients written against 1.0."
     )
 
 
@@ -72,8 +78,10 @@ class ProblemSerializer(serializers.Serializer):
 
 
 class MovementCreateInputSerializer(serializers.Serializer):
-    template = serializers.ChoiceField(
-        choices=[], help_text="Key of an active route template (see /api/v1/route-templates/)."
+    template = TemplateKeyField(
+        help_text="Key of an active route template: `GET /api/v1/templates/` lists them "
+        "(with the params each takes). A string, not an enum: templates are read at run "
+        "time; an unknown key is a 400."
     )
     asset = StrictCharField(pattern=ASSET_PATTERN, help_text="Asset code, e.g. `USDC`.")
     amount = StrictCharField(
@@ -104,7 +112,6 @@ class MovementCreateInputSerializer(serializers.Serializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["template"].choices = [t.key for t in route_templates_current()]
         venues = venue_choices()
         self.fields["source"].choices = venues
         self.fields["destination"].choices = venues
@@ -184,6 +191,62 @@ class RouteTemplateSerializer(serializers.Serializer):
         ]
 
 
+class TemplateParamSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The key to use in the create body's `params`.")
+    type = serializers.CharField(help_text="JSON type: string, integer, number or boolean.")
+    required = serializers.BooleanField()
+    default = serializers.JSONField(help_text="Used when absent (any JSON value; null: none).")
+    choices = serializers.ListField(
+        child=serializers.JSONField(),
+        allow_null=True,
+        help_text="The only values it takes; null when any value of its type does.",
+    )
+
+
+class TemplateSerializer(RouteTemplateSerializer):
+    """A template a movement may follow, as discovery shows it: what to send to create one."""
+
+    assets = serializers.SerializerMethodField()
+    params = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": ["array", "null"], "items": {"type": "string"}})
+    def get_assets(self, template) -> list[str] | None:
+        """The only assets it moves; null when it takes any asset."""
+        return list(template.definition.get("assets") or []) or None
+
+    @extend_schema_field(TemplateParamSerializer(many=True))
+    def get_params(self, template) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": name,
+                "type": declaration.get("type", "string"),
+                "required": bool(declaration.get("required", False)),
+                "default": declaration.get("default"),
+                "choices": declaration.get("choices"),
+            }
+            for name, declaration in sorted((template.definition.get("params") or {}).items())
+        ]
+
+
+class VenueSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="What to send as `source` or `destination`.")
+    kind = serializers.ChoiceField(
+        choices=["chain_account", "exchange_account", "listed"],
+        help_text="A configured chain account, a configured exchange account, or a venue "
+        "listed in QTG_KNOWN_VENUES.",
+    )
+    chain = serializers.CharField(allow_null=True, help_text="The chain of a chain account.")
+    chain_kind = serializers.CharField(allow_null=True, help_text="evm or solana.")
+    exchange = serializers.CharField(
+        allow_null=True, help_text="The exchange of an exchange account."
+    )
+    assets = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="The assets configured for it; null when not restricted here.",
+    )
+
+
 class ReservationSerializer(serializers.Serializer):
     state = serializers.CharField(help_text="HELD, CONSUMED or RELEASED.")
     amount = serializers.CharField(help_text="Decimal string.")
@@ -203,6 +266,8 @@ class MovementNodeSerializer(serializers.ModelSerializer):
             "external_ref",
             "state_changed_at",
         ]
+        # Output only: every field is always present (null where it has no value).
+        read_only_fields = fields
 
     def get_external_ref(self, node: MovementRequestNode) -> str | None:
         """The venue's id for what the node did (txid, withdrawal id), once there is one."""
@@ -239,6 +304,7 @@ class MovementSerializer(serializers.ModelSerializer):
     failure_reason = serializers.SerializerMethodField()
     created_by = serializers.SerializerMethodField()
     approved_by = serializers.SerializerMethodField()
+    withdrawn_by = serializers.SerializerMethodField()
     approvals = serializers.SerializerMethodField()
     reservation = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
@@ -266,10 +332,13 @@ class MovementSerializer(serializers.ModelSerializer):
             "approvals_required",
             "approvals",
             "failure_reason",
+            "withdrawn_by",
             "reservation",
             "nodes",
             "attention",
         ]
+        # Output only: every field is always present (null where it has no value).
+        read_only_fields = fields
 
     @extend_schema_field(AttentionSerializer(many=True))
     def get_attention(self, movement: MovementRequest) -> list[dict[str, Any]]:
@@ -296,6 +365,11 @@ class MovementSerializer(serializers.ModelSerializer):
 
     def get_approved_by(self, movement: MovementRequest) -> str | None:
         return movement.approved_by.get_username() if movement.approved_by_id else None
+
+    def get_withdrawn_by(self, movement: MovementRequest) -> str | None:
+        """Who withdrew the movement while it waited for approval (its creator or a
+        supervisor; it is then REJECTED with the reason in `failure_reason`); null otherwise."""
+        return movement.withdrawn_by.get_username() if movement.withdrawn_by_id else None
 
     @extend_schema_field(ApprovalSerializer(many=True))
     def get_approvals(self, movement: MovementRequest) -> list[dict[str, Any]]:
@@ -346,6 +420,7 @@ class MovementEventSerializer(serializers.ModelSerializer):
             "detail",
             "created_at",
         ]
+        read_only_fields = fields
 
     def to_representation(self, event: MovementEvent) -> dict[str, Any]:
         data = super().to_representation(event)

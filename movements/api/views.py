@@ -15,102 +15,48 @@ from drf_spectacular.utils import (
 )
 from rest_framework import generics, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
-from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access.authentication import ApiTokenAuthentication
-from access.throttles import AnonymousRateThrottle, ClientRateThrottle
+from access.models import ApiToken
+from access.services import DECIDE
 from movements.api import examples
-from movements.api.exceptions import PROBLEM_CONTENT_TYPE
+from movements.api.defaults import APIDefaults, problem_responses
 from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma, idempotency_key_value
 from movements.api.filters import MovementFilter
 from movements.api.pagination import MovementCursorPagination, MovementPagination
-from movements.api.parsers import StrictJSONParser
-from movements.api.selectors import (
-    movements_visible_to,
-    movements_with_details,
-    route_templates_current,
-)
+from movements.api.selectors import route_templates_current
 from movements.api.serializers import (
     CancelInputSerializer,
     MovementCreateInputSerializer,
     MovementEventSerializer,
     MovementSerializer,
-    ProblemSerializer,
     ReasonInputSerializer,
     ResumeInputSerializer,
     RouteTemplateSerializer,
+    TemplateSerializer,
+    VenueSerializer,
 )
 from movements.models import MovementRequest
-from movements.selectors import request_events
+from movements.selectors import movements_visible_to, movements_with_details, request_events
 from movements.services import (
     manual_gate_resume,
     movement_approve,
     movement_cancel,
     movement_create,
     movement_reject,
+    movement_withdraw,
 )
 from qtg.core.actors import Actor
-from qtg.core.errors import InvalidInput, NotFound
+from qtg.core.errors import InvalidInput, NotFound, NotPermitted
+from qtg.core.venues import venue_details
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotency-Replayed"
 
-ERROR_DESCRIPTIONS = {
-    400: "Invalid input (body, header or query parameter): `details` maps each field to "
-    "its problems.",
-    401: "No token, or an invalid one.",
-    403: "The token's user lacks the permission (or four-eyes forbids it).",
-    404: "No such movement visible to this client.",
-    409: "Not legal now: `details.current_state` names the movement's state.",
-    415: "The body is not JSON.",
-    422: "The Idempotency-Key was already used with a different body.",
-    429: "Too many requests: wait for `Retry-After` seconds.",
-}
-
-
-def problem_responses(*codes: int, descriptions: dict[int, str] | None = None) -> dict:
-    """The error responses of an operation, as `application/problem+json` (429 on every one:
-    the server may throttle any client)."""
-    descriptions = {**ERROR_DESCRIPTIONS, **(descriptions or {})}
-    return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(
-            ProblemSerializer,
-            description=descriptions[code],
-            examples=[examples.problem(code)],
-        )
-        for code in (*codes, 429)
-    }
-
-
 MOVEMENT_ID = OpenApiParameter(
     "id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The movement's id."
 )
-
-
-class APIDefaults:
-    # What every endpoint of the API shares (a mixin without a docstring: drf-spectacular
-    # would publish it as the description of every operation).
-    authentication_classes = [ApiTokenAuthentication]
-    permission_classes = [IsAuthenticated]
-    throttle_classes = [ClientRateThrottle, AnonymousRateThrottle]
-    parser_classes = [StrictJSONParser]
-    # JSON only: the browsable API needs session login, which a token API does not offer.
-    renderer_classes = [JSONRenderer]
-
-    def query_parameters(self) -> set[str]:
-        """The query parameters this operation understands."""
-        return set()
-
-    def initial(self, request: Request, *args, **kwargs) -> None:
-        super().initial(request, *args, **kwargs)
-        # A misspelt filter (?state=FAILED) must not quietly return everything.
-        unknown = set(request.query_params) - self.query_parameters()
-        if unknown:
-            raise ValidationError({name: ["Unknown query parameter."] for name in sorted(unknown)})
 
 
 def movement_id(raw: str) -> uuid.UUID:
@@ -134,6 +80,45 @@ class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
     )
     def get(self, request: Request) -> Response:
         return Response(RouteTemplateSerializer(route_templates_current(), many=True).data)
+
+
+class TemplateListView(APIDefaults, generics.GenericAPIView):
+    serializer_class = TemplateSerializer
+    pagination_class = None
+    filter_backends = []
+
+    @extend_schema(
+        tags=["discovery"],
+        summary="Discover the templates a movement may follow (key, assets, params)",
+        operation_id="templates_list",
+        description="What `template` and `params` of a create may be, read at run time: the "
+        "newest active version of each template, the assets it moves (null: any) and the "
+        "params it takes with their types. A new template needs no new client.",
+        responses={200: TemplateSerializer(many=True), **problem_responses(400, 401)},
+        examples=[examples.TEMPLATES],
+    )
+    def get(self, request: Request) -> Response:
+        return Response(TemplateSerializer(route_templates_current(), many=True).data)
+
+
+class VenueListView(APIDefaults, generics.GenericAPIView):
+    serializer_class = VenueSerializer
+    pagination_class = None
+    filter_backends = []
+
+    @extend_schema(
+        tags=["discovery"],
+        summary="Discover the venues a movement may name (source, destination)",
+        operation_id="venues_list",
+        description="The venues this deployment knows, read at run time: configured chain and "
+        "exchange accounts and the venues of QTG_KNOWN_VENUES, with the chain or exchange "
+        "and the assets of each. A chain address (0x..., base58) is a valid destination "
+        "too; whether money may go there is the address book's question.",
+        responses={200: VenueSerializer(many=True), **problem_responses(400, 401)},
+        examples=[examples.VENUES],
+    )
+    def get(self, request: Request) -> Response:
+        return Response(VenueSerializer(venue_details(), many=True).data)
 
 
 @extend_schema_view(
@@ -171,6 +156,8 @@ class RouteTemplateListView(APIDefaults, generics.GenericAPIView):
 )
 @extend_schema(tags=["movements"])
 class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
+    # Decisions need a token its owner minted (access/permissions.py).
+    token_scopes = {"approve": DECIDE, "reject": DECIDE, "cancel": DECIDE, "resume": DECIDE}
     serializer_class = MovementSerializer
     filterset_class = MovementFilter
     pagination_class = MovementPagination
@@ -330,6 +317,55 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
         reason = self._input(ReasonInputSerializer, request)["reason"]
         movement = movement_reject(
             request=movement_id(pk), actor=Actor.for_user(request.user), reason=reason
+        )
+        return Response(self._read(movement.pk))
+
+    @extend_schema(
+        summary="Withdraw a movement waiting for approval (its creator, or a supervisor)",
+        operation_id="movements_withdraw",
+        description="The movement's creator (or a holder of `movements.withdraw_movement`) "
+        "takes back a movement that is still PENDING_APPROVAL: it becomes REJECTED with the "
+        "`reason` as its `failure_reason` and `withdrawn_by` set, its reservation is "
+        "RELEASED, and the `request_rejected` event (context: `previous_state`, "
+        "`withdrawn_by`, `reason`) goes out like any rejection. In any other state it is a "
+        "409 naming `details.current_state`. Someone else's movement needs a token with the "
+        "`decide` scope.",
+        examples=[examples.WITHDRAW_REQUEST, examples.MOVEMENT],
+        request=ReasonInputSerializer,
+        parameters=[MOVEMENT_ID],
+        responses={
+            200: MovementSerializer,
+            **problem_responses(
+                400,
+                401,
+                403,
+                404,
+                409,
+                415,
+                descriptions={
+                    403: "Neither the movement's creator nor a holder of "
+                    "`movements.withdraw_movement` (or, for someone else's movement, a token "
+                    "without the `decide` scope).",
+                    409: "The movement no longer waits for approval: `details.current_state` "
+                    "names its state.",
+                },
+            ),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str) -> Response:
+        movement = self.get_object()  # 404 for a movement this client may not see
+        reason = self._input(ReasonInputSerializer, request)["reason"]
+        if movement.created_by_id != request.user.pk:
+            # Withdrawing someone else's movement is a decision: it needs a decide token.
+            token = request.auth
+            if isinstance(token, ApiToken) and not token.allows(DECIDE):
+                raise NotPermitted(
+                    "withdrawing someone else's movement needs a token with the decide scope",
+                    details={"scope": DECIDE},
+                )
+        movement = movement_withdraw(
+            request=movement.pk, actor=Actor.for_user(request.user), reason=reason
         )
         return Response(self._read(movement.pk))
 

@@ -14,10 +14,14 @@ maps what they return or raise onto node transitions:
   whether money moved -> UNKNOWN, reconciled by ``recover`` and never re-submitted blindly.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
+
+from django.utils import timezone
 
 
 class ExecutorError(Exception):
@@ -31,6 +35,13 @@ class ExecutorError(Exception):
 
 class DeterministicError(ExecutorError):
     """The venue refused for good (bad address, insufficient funds, rejected): FAILED."""
+
+
+class AmountRefused(DeterministicError):
+    """The venue can never carry out this amount (finer than its precision, below its
+    minimum, above a per-request limit). Raised by ``validate`` at create, it is the caller's
+    input that is wrong: the create is refused (400, the reason under ``amount``) and nothing
+    is written; raised later, it fails the node like any refusal."""
 
 
 class TransientError(ExecutorError):
@@ -53,8 +64,29 @@ class TransientError(ExecutorError):
         self.retry_after = retry_after
 
 
+class VenueWait(TransientError):
+    """The venue asks us to wait before trying (a rate limit, a ban's end, maintenance):
+    nothing was attempted and nothing is wrong with the node, so the wait does not count
+    against ``QTG_MAX_DISPATCHES``; a wait longer than ``QTG_WAIT_ATTENTION_SECONDS`` asks a
+    person to look instead of failing. (A ``TransientError`` with ``retry_after`` counts as
+    one too: the venue said when to come back.)"""
+
+
 class AmbiguousError(ExecutorError):
     """The side effect may or may not have happened (timeout, lost response): UNKNOWN."""
+
+
+class LeaseLost(Exception):
+    """Raised by ``ExecutionContext.fence``: this worker no longer holds the node's lease (it
+    was reaped, or another worker holds it under a newer epoch). Nothing may be sent; the
+    node belongs to whoever holds it now."""
+
+
+def _no_fence(timeout: float, then: Callable[[], None] | None = None) -> datetime:
+    """The fence of a context built outside a worker (a unit test): nothing to prove."""
+    if then is not None:
+        then()
+    return timezone.now() + timedelta(seconds=timeout)
 
 
 @dataclass(frozen=True)
@@ -87,6 +119,14 @@ class ExecutionContext:
     external_ref: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     upstream: dict[str, Upstream] = field(default_factory=dict)
+    # ``fence(timeout, then=None) -> deadline``: call it right before a side-effecting request
+    # leaves the process. In one transaction it proves this worker still holds the node's
+    # lease (owner and epoch) and that the lease outlasts ``timeout`` (extending it), records
+    # the fenced call, and runs ``then()`` (e.g. a journal's SENDING -> SENT compare-and-set);
+    # it returns the deadline after which the request must not take effect (give it to the
+    # venue as the request's own validity where the protocol has one). Raises ``LeaseLost``:
+    # then nothing may be sent.
+    fence: Callable[..., datetime] = field(default=_no_fence, compare=False, repr=False)
 
     @property
     def fault(self) -> str:
@@ -120,6 +160,7 @@ EXECUTOR_ATTENTION_REASONS = (
     "broadcast_refused",
     "expired",
     "venue",
+    "final_reorg",
 )
 
 
@@ -168,7 +209,13 @@ class Observation:
 class RecoveredOutcome(StrEnum):
     SUBMITTED = "SUBMITTED"
     COMPLETED = "COMPLETED"
+    # The venue positively says the attempt failed (refused it, a mined transaction reverted).
     FAILED = "FAILED"
+    # The venue has no trace of the attempt. It proves that the side effect never happened
+    # only under the worker's rules (``execution.outcomes.absence_unproven``): the lease gone,
+    # the request's lifetime past, the visibility window past, said more than once; until
+    # then the node stays UNKNOWN. Concluded, it is FAILED.
+    NOT_FOUND = "NOT_FOUND"
     # The venue cannot answer yet: stay UNKNOWN and ask again later.
     UNRESOLVED = "UNRESOLVED"
 
@@ -203,6 +250,21 @@ class Executor:
     # the nodes after this one need it: whoever settles an UNKNOWN node as SUBMITTED or
     # COMPLETED by hand must give it.
     external_ref_name: str = ""
+    # The most one submit call may take while its worker runs (its client timeout): the lease
+    # is made to outlast it before the call leaves (the fence).
+    call_timeout_seconds: float = 30.0
+
+    def call_timeout(self, ctx: ExecutionContext) -> float:
+        """``call_timeout_seconds`` for this node's venue."""
+        return self.call_timeout_seconds
+
+    def request_lifetime(self, ctx: ExecutionContext) -> float | None:
+        """How long after its fenced deadline a request already sent may still take effect
+        (seconds): a signed request's own validity (Binance's recvWindow), a venue's queue.
+        None (the default): it cannot be bounded (a signed chain transaction can be mined any
+        time), so "not found" never proves that it did not happen: the node stays UNKNOWN
+        and a person is asked once the visibility window has passed."""
+        return None
 
     def visibility_window(self, ctx: ExecutionContext) -> float:
         """``visibility_seconds`` for this node's venue or account (a venue whose history lags

@@ -9,6 +9,7 @@ left ambiguous is a start-up error (the ``movements`` system checks), never a gu
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
@@ -18,6 +19,13 @@ from django.core.exceptions import ImproperlyConfigured
 # Modules whose import registers the executors that ship with movements itself. Other apps
 # import their own executors from ``ready()``.
 EXECUTOR_MODULES = ("movements.executors.builtin",)
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """An executor named ahead of its module's import (``ExecutorRegistry.declare``)."""
+
+    module: str
 
 
 class ExecutorRegistry:
@@ -45,6 +53,15 @@ class ExecutorRegistry:
             finally:
                 self._loading = False
 
+    def declare(self, name: str, *, provider: str, module: str) -> None:
+        """Declare that ``module``, once imported, registers ``provider``'s implementation of
+        ``name``: the name is known (checks, choices) without importing the module, which is
+        imported the first time the executor is used (its venue clients load only then)."""
+        with self._lock:
+            providers = self._providers.setdefault(name, {})
+            if provider not in providers:
+                providers[provider] = _Declared(module)
+
     def register(self, name: str, *, provider: str | None = None) -> Callable[[type], type]:
         """Register the decorated class as ``provider``'s implementation of ``name`` (the
         provider defaults to the top-level package of the class's module: its app)."""
@@ -53,7 +70,7 @@ class ExecutorRegistry:
             by = provider or cls.__module__.split(".")[0]
             providers = self._providers.setdefault(name, {})
             existing = providers.get(by)
-            if existing is not None and existing is not cls:
+            if existing is not None and not isinstance(existing, _Declared) and existing is not cls:
                 raise ValueError(f"executor {name!r} is already registered by {existing!r}")
             cls.name = name
             providers[by] = cls
@@ -71,6 +88,18 @@ class ExecutorRegistry:
         return sorted(self._providers)
 
     def _chosen(self, name: str) -> type | None:
+        found = self._choice(name)
+        if isinstance(found, _Declared):
+            with self._lock:
+                import_module(found.module)  # its @register replaces the declaration
+            found = self._choice(name)
+            if isinstance(found, _Declared):
+                raise ImproperlyConfigured(
+                    f"{found.module} was declared to register executor {name!r} and did not"
+                )
+        return found
+
+    def _choice(self, name: str) -> "type | _Declared | None":
         providers = self._providers.get(name) or {}
         choice = getattr(settings, "QTG_EXECUTORS", {}).get(name) or self._default(providers)
         if choice:

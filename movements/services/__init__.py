@@ -17,6 +17,7 @@ from movements.services.lifecycle import (
     movement_create,
     movement_expire,
     movement_reject,
+    movement_withdraw,
     node_resolve_unknown,
     request_fingerprint,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "movement_create",
     "movement_expire",
     "movement_reject",
+    "movement_withdraw",
     "node_resolve_unknown",
     "record_event",
     "refresh_frontier",

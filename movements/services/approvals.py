@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from movements.audit import record_decision
 from movements.models import (
     ApprovalPolicy,
     MovementApproval,
@@ -143,12 +144,35 @@ def approval_policy_propose(
     # Versions of one key are numbered under a lock on its existing rows.
     list(ApprovalPolicy.objects.select_for_update().filter(key=fields["key"]))
     last = ApprovalPolicy.objects.filter(key=fields["key"]).aggregate(v=Max("version"))["v"]
-    return ApprovalPolicy.objects.create(
+    policy = ApprovalPolicy.objects.create(
         **fields,
         version=(last or 0) + 1,
         status=PolicyStatus.PROPOSED,
         proposed_by=actor.user,
         proposed_at=timezone.now(),
+    )
+    _record_policy(policy, "proposed", actor)
+    return policy
+
+
+def _record_policy(policy: ApprovalPolicy, action: str, actor: Actor) -> None:
+    """The policy decision in the evidence chain: the version as it is now, and who."""
+    record_decision(
+        subject=policy,
+        action=action,
+        actor=actor,
+        detail={
+            "key": policy.key,
+            "version": policy.version,
+            "status": policy.status,
+            "approvals_required": policy.approvals_required,
+            "required_groups": list(policy.required_groups),
+            "asset": policy.asset,
+            "template_key": policy.template_key,
+            "destination": policy.destination,
+            "amount_above": policy.amount_above,
+            "amount_up_to": policy.amount_up_to,
+        },
     )
 
 
@@ -170,10 +194,12 @@ def approval_policy_activate(*, policy: ApprovalPolicy | Any, actor: Actor) -> A
         previous.status = PolicyStatus.SUPERSEDED
         previous.superseded_at = now
         previous.save(update_fields=["status", "superseded_at"])
+        _record_policy(previous, "superseded", actor)
     policy.status = PolicyStatus.ACTIVE
     policy.decided_by = actor.user
     policy.decided_at = now
     policy.save(update_fields=["status", "decided_by", "decided_at"])
+    _record_policy(policy, "activated", actor)
     return policy
 
 
@@ -186,6 +212,7 @@ def approval_policy_reject(*, policy: ApprovalPolicy | Any, actor: Actor) -> App
     policy.decided_by = actor.user
     policy.decided_at = timezone.now()
     policy.save(update_fields=["status", "decided_by", "decided_at"])
+    _record_policy(policy, "rejected", actor)
     return policy
 
 
@@ -284,19 +311,82 @@ def refresh_requirement(request: MovementRequest, *, actor: Actor) -> None:
         )
 
 
+APPROVAL_MISSING = "approval missing or altered"
+
+
+def _recorded_requirements(requests: Sequence[MovementRequest]) -> dict[Any, tuple[Any, str]]:
+    """Per movement, what approving it takes as the audit chain recorded it (the latest linked
+    event carrying ``approvals_required``: the VALIDATED event at create, or a policy change
+    at approval), or why it cannot be read. One query for the batch."""
+    from movements.models import MovementEvent
+    from qtg.core.chain import link_problem
+
+    found: dict[Any, tuple[Any, str]] = {}
+    events = MovementEvent.objects.filter(
+        request_id__in=[r.pk for r in requests], detail__has_key="approvals_required"
+    ).order_by("request_id", "pk")
+    for event in events:
+        problem = link_problem(event)
+        if problem:
+            found[event.request_id] = (None, f"the recorded quorum (event {event.pk}): {problem}")
+        else:
+            found[event.request_id] = (event, "")
+    return found
+
+
+def _approval_problem(
+    request: MovementRequest,
+    approvals: Sequence[MovementApproval],
+    requirement: tuple[Any, str] | None,
+    binding: str,
+) -> str | None:
+    """Why the approvals of ``request`` do not carry it now (None: they do): the quorum and
+    groups recorded when it was created, every approval's own link intact, each bound to the
+    plan as it is now."""
+    from qtg.core.audit_keys import LEGACY
+    from qtg.core.chain import link_problem
+
+    if requirement is None:
+        return "no quorum was recorded for this movement"
+    event, why = requirement
+    if event is None:
+        return why
+    required = int(event.detail.get("approvals_required") or 1)
+    groups = list(event.detail.get("required_groups") or [])
+    for approval in approvals:
+        if approval.chain_key == LEGACY and event.chain_key != LEGACY:
+            return f"approval {approval.pk} carries no link but the movement is newer than links"
+        if problem := link_problem(approval):
+            return f"approval {approval.pk} by {approval.approver}: {problem}"
+    valid = [a for a in approvals if a.void_at is None and a.binding_hash == binding]
+    approvers = {a.approver for a in valid}
+    if len(approvers) < required:
+        return (
+            f"{len(approvers)} valid approval(s) bound to the plan as it is now, "
+            f"{required} required"
+        )
+    covered = {group for a in valid for group in a.groups}
+    if missing := [g for g in groups if g not in covered]:
+        return f"no valid approval from {', '.join(missing)}"
+    return None
+
+
 def void_changed_approvals(
     requests: Sequence[MovementRequest], *, actor: Actor, writer: Any = None
 ) -> dict[Any, str]:
-    """At dispatch: the approvals of ``requests`` whose binding no longer matches become void
-    (recorded as an event). Returns, for each movement left without a valid approval by
-    that, why it cannot start. Movements approved before approvals were bound (no approval
-    rows) are not judged."""
+    """At dispatch: re-check what was approved. The approvals of ``requests`` whose binding no
+    longer matches become void (recorded as an event); then each movement needs approvals
+    meeting the quorum the audit chain recorded, each approval's link intact and bound to
+    the current plan hash. Returns, for each movement that fails this, why ("approval missing
+    or altered: ..."): dispatch fails its node and sends nothing. Only movements created
+    before links were keyed, with neither approvals nor a recorded quorum, are not judged."""
     if not requests:
         return {}
     by_request: dict[Any, list[MovementApproval]] = {r.pk: [] for r in requests}
     for approval in MovementApproval.objects.filter(request_id__in=list(by_request)):
         by_request[approval.request_id].append(approval)
-    judged = [r for r in requests if by_request[r.pk]]
+    requirements = _recorded_requirements(requests)
+    judged = [r for r in requests if by_request[r.pk] or r.pk in requirements or _keyed(r)]
     bindings = bindings_of(judged)
     refused: dict[Any, str] = {}
     now = timezone.now()
@@ -323,9 +413,18 @@ def void_changed_approvals(
                 },
                 writer=writer,
             )
-        if not any(a.void_at is None for a in approvals):
-            refused[request.pk] = (
-                "approval void: the movement changed after it was approved "
-                "(plan, amount, asset, source or destination)"
-            )
+        problem = _approval_problem(
+            request, approvals, requirements.get(request.pk), bindings[request.pk]
+        )
+        if problem:
+            refused[request.pk] = f"{APPROVAL_MISSING}: {problem}"
     return refused
+
+
+def _keyed(request: MovementRequest) -> bool:
+    """Whether ``request`` was created after links were keyed (its first event is keyed)."""
+    from movements.models import MovementEvent
+    from qtg.core.audit_keys import LEGACY
+
+    first = MovementEvent.objects.filter(request=request).order_by("pk").first()
+    return first is None or first.chain_key != LEGACY

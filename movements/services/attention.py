@@ -14,10 +14,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, Max, OuterRef, Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
-from movements import interface
+from movements import ports
 from movements.executors import get_executor
 from movements.models import (
     AttentionReason,
@@ -26,9 +26,9 @@ from movements.models import (
     MovementRequestNode,
 )
 from movements.policies import attention_refusal, stop_watching_refusal
-from movements.services.lifecycle import _lock_request, _require_reason
+from movements.services.guards import lock_request, require_reason
 from movements.services.progress import apply_request_state_from_nodes, current_nodes
-from movements.services.state import record_event, set_node_state
+from movements.services.state import record_event, set_node_state, set_request_state
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput
@@ -41,28 +41,6 @@ WATCHED_REQUEST_STATES = (
     RequestState.WAITING_MANUAL_ACTION,
     RequestState.MANUAL_INTERVENTION,
 )
-
-
-def open_attentions(request: MovementRequest, *, now: datetime | None = None) -> list:
-    """The entries that need someone now (open and not snoozed), oldest first."""
-    now = now or timezone.now()
-    return list(
-        request.attentions.filter(resolved_at__isnull=True)
-        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
-        .order_by("since", "id")
-    )
-
-
-def needing_attention_q(now: datetime | None = None) -> Q:
-    """Movements with at least one entry that needs someone now (for list filters)."""
-    now = now or timezone.now()
-    return Q(
-        Exists(
-            MovementAttention.objects.filter(
-                request_id=OuterRef("pk"), resolved_at__isnull=True
-            ).filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
-        )
-    )
 
 
 def stuck_after(executor: str) -> timedelta:
@@ -112,11 +90,18 @@ def attention_raise(
         detail={**detail, **(evidence or {})},
         writer=writer,
     )
-    interface.callbacks().enqueue(
+    ports.callbacks().enqueue(
         request=request,
         event_type="request_attention",
         data={**detail, "node_key": attention.node_key},
     )
+    if node is not None:
+        # The same, told as what it is: one node needs attention.
+        ports.callbacks().enqueue(
+            request=request,
+            event_type="node_attention",
+            data={**detail, "node_key": attention.node_key},
+        )
     return attention
 
 
@@ -125,7 +110,7 @@ def detect_stuck_nodes(*, now: datetime | None = None, actor: Actor | None = Non
     after an entry was resolved, the wait counts again from the resolution). Returns how
     many entries were raised."""
     now = now or timezone.now()
-    actor = actor or Actor.system("stuck-detector")
+    actor = actor or Actor.sweep("stuck-detector")
     candidates = (
         MovementRequestNode.objects.current()
         .filter(
@@ -208,10 +193,10 @@ def attention_snooze(
     *, request: MovementRequest | Any, node_key: str, until: datetime, reason: str, actor: Actor
 ) -> MovementRequest:
     """Nobody is asked about the node's open entries until ``until`` (a reason is recorded)."""
-    reason = _require_reason(reason, "snooze")
+    reason = require_reason(reason, "snooze")
     if until is None or until <= timezone.now():
         raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
-    request = _lock_request(request)
+    request = lock_request(request)
     enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
     _handle_open_entries(
         request,
@@ -230,8 +215,8 @@ def attention_resolve(
 ) -> MovementRequest:
     """Close the node's open entries with a note; a node still waiting is stuck again only
     after another full wait from now."""
-    note = _require_reason(note, "resolve")
-    request = _lock_request(request)
+    note = require_reason(note, "resolve")
+    request = lock_request(request)
     enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
     _handle_open_entries(
         request,
@@ -251,8 +236,8 @@ def attention_stop_watching(
     """Give up waiting on an observe node: it goes FAILED with the operator's evidence, its
     open entries are resolved, and the movement is derived again (MANUAL_INTERVENTION when a
     side effect completed, where the rescue paths are)."""
-    reason = _require_reason(reason, "stop watching")
-    request = _lock_request(request)
+    reason = require_reason(reason, "stop watching")
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(stop_watching_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     node = next(n for n in nodes if n.node_key == node_key)
@@ -275,3 +260,35 @@ def attention_stop_watching(
     )
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
     return request
+
+
+@transaction.atomic
+def node_conclusion_contradicted(
+    *, node_id: int, reason: str, message: str, evidence: dict[str, Any], actor: Actor
+) -> str:
+    """A venue's later fact contradicts a node already concluded (FAILED, and its transaction
+    is then mined): an operator is asked (once per node and reason) and a movement still
+    EXECUTING goes to MANUAL_INTERVENTION through the table (its reservation stays HELD). A
+    movement already terminal keeps its state (the spec's table has no edge out of FAILED):
+    the attention and its evidence are what remain. Returns the movement's state."""
+    node = MovementRequestNode.objects.get(pk=node_id)
+    request = lock_request(node.request_id)
+    node.request = request
+    attention_raise(
+        request=request,
+        node=node,
+        reason=reason,
+        message=message,
+        since=timezone.now(),
+        actor=actor,
+        evidence=evidence,
+    )
+    if request.request_state == RequestState.EXECUTING:
+        set_request_state(
+            request,
+            RequestState.MANUAL_INTERVENTION,
+            actor=actor,
+            detail={"reason": message, "node_key": node.node_key, "evidence": evidence},
+            nodes=current_nodes(request, lock=True),
+        )
+    return request.request_state

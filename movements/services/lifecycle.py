@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from movements import interface
+from movements import ports
 from movements.compiler import CompiledPlan, compile_plan
 from movements.executors import get_executor
-from movements.executors.base import DeterministicError, NodeSpec
+from movements.executors.base import AmountRefused, DeterministicError, NodeSpec
 from movements.models import (
     OPERATOR_DETAIL,
     MovementApproval,
@@ -37,6 +37,7 @@ from movements.policies import (
     Action,
     approve_refusal,
     cancel_refusal,
+    distinct_approvers,
     expire_refusal,
     force_complete_refusal,
     force_fail_refusal,
@@ -52,6 +53,7 @@ from movements.policies import (
     two_person_refusal,
     valid_approvals,
     waiting_gates,
+    withdraw_refusal,
 )
 from movements.selectors import current_nodes
 from movements.services.address_book import Standing, standing_message, standing_of
@@ -62,10 +64,13 @@ from movements.services.approvals import (
     refresh_requirement,
     requirement_detail,
 )
+from movements.services.effects import after_approval_recorded, after_request_created
+from movements.services.guards import lock_request, require_reason
 from movements.services.progress import (
     advance_after_completion,
     apply_request_state_from_nodes,
     compute_frontier,
+    new_attempt,
     refresh_frontier,
     start_roots,
 )
@@ -97,21 +102,6 @@ from qtg.core.venues import canonical_venue, is_known_venue
 MAX_AMOUNT = Decimal("1e20")
 AMOUNT_CONTEXT = Context(prec=MovementRequest._meta.get_field("amount").max_digits)
 SQLITE_EXACT_DIGITS = 15
-
-
-def _lock_request(request: MovementRequest | Any) -> MovementRequest:
-    pk = request.pk if isinstance(request, MovementRequest) else request
-    try:
-        return MovementRequest.objects.select_for_update(no_key=True).get(pk=pk)
-    except (MovementRequest.DoesNotExist, ValueError, TypeError):
-        raise NotFound(f"movement {pk} does not exist") from None
-
-
-def _require_reason(reason: str, action: str) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput(f"a reason is required to {action}", details={"reason": ["required"]})
-    return reason
 
 
 def _parse_amount(amount: Any) -> Decimal:
@@ -371,6 +361,7 @@ def _create(
             },
             writer=writer,
         )
+        after_request_created(request=request)
         route_template = route_template_current(template)
         try:
             if route_template is None:
@@ -441,7 +432,7 @@ def _create(
             # The hold comes last: every create of the asset queues on its hardcap rows, which
             # stay locked only for the hold's own statements and the commit. Refused, the
             # plan and the two transitions above roll back with the savepoint.
-            interface.reservations().hold(request=request, actor=actor)
+            ports.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
         return _fail_validation(MovementRequest.objects.get(pk=request.pk), actor, exc)
     return request
@@ -451,7 +442,9 @@ def _validate_with_executors(
     plan: CompiledPlan, *, asset: str, amount: Decimal, source: str, destination: str
 ) -> None:
     """Each node's executor may refuse, before anything is held, a movement it could never
-    carry out (``Executor.validate``): the movement fails validation with its reason."""
+    carry out (``Executor.validate``): the movement fails validation with its reason; an
+    amount the venue can never carry out is the caller's input refused (``InvalidInput``:
+    the create's transaction is rolled back, nothing is written)."""
     for node in plan.nodes:
         spec = NodeSpec(
             node_key=node.key,
@@ -464,8 +457,19 @@ def _validate_with_executors(
         )
         try:
             get_executor(node.executor).validate(spec)
+        except AmountRefused as exc:
+            raise InvalidInput(
+                "the amount is not one the venue can carry out",
+                details={"amount": [exc.message], **_rules_detail(exc)},
+            ) from exc
         except DeterministicError as exc:
             raise TemplateInvalid(f"node {node.key!r}: {exc.message}") from exc
+
+
+def _rules_detail(exc: AmountRefused) -> dict[str, Any]:
+    """What the venue allows (its precision, minimum, fee), when the refusal says."""
+    rules = exc.evidence.get("exchange_rules") or exc.evidence.get("venue_rules")
+    return {"allowed": rules} if isinstance(rules, dict) else {}
 
 
 def _fail_validation(
@@ -508,7 +512,7 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     creator, the required groups covered): PENDING_APPROVAL -> APPROVED and the root nodes
     become READY; until then the movement stays PENDING_APPROVAL."""
     enforce(permission_refusal(actor, Action.APPROVE))
-    request = _lock_request(request)
+    request = lock_request(request)
     refresh_requirement(request, actor=actor)
     approvals: list[MovementApproval] = valid_approvals(request)
     enforce(approve_refusal(actor=actor, movement=request, now=timezone.now(), approvals=approvals))
@@ -517,6 +521,7 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     if not quorum_met(request, approvals):
         # The movement stays PENDING_APPROVAL; the approval is its own audit record.
         record_event(request=request, actor=actor, detail=detail)
+        after_approval_recorded(request=request, received=distinct_approvers(approvals))
         return request
     request.approved_by = actor.user
     request.approved_at = approval.approved_at
@@ -531,7 +536,9 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     return request
 
 
-def _end_before_execution(request, *, new_state, actor, reason) -> MovementRequest:
+def _end_before_execution(
+    request, *, new_state, actor, reason, detail=None, update_fields=()
+) -> MovementRequest:
     request.failure_reason = reason
     nodes = current_nodes(request, lock=True)
     _cancel_waiting_nodes(request, nodes, actor, reason)
@@ -540,8 +547,8 @@ def _end_before_execution(request, *, new_state, actor, reason) -> MovementReque
         new_state=new_state,
         actor=actor,
         nodes=nodes,
-        detail={"reason": reason},
-        update_fields=["failure_reason"],
+        detail={"reason": reason, **(detail or {})},
+        update_fields=["failure_reason", *update_fields],
     )
     return request
 
@@ -552,8 +559,8 @@ def movement_reject(
 ) -> MovementRequest:
     """PENDING_APPROVAL -> REJECTED with a reason; the reservation is released."""
     enforce(permission_refusal(actor, Action.REJECT))
-    reason = _require_reason(reason, "reject")
-    request = _lock_request(request)
+    reason = require_reason(reason, "reject")
+    request = lock_request(request)
     enforce(reject_refusal(actor=actor, movement=request))
     return _end_before_execution(
         request, new_state=RequestState.REJECTED, actor=actor, reason=reason
@@ -561,9 +568,30 @@ def movement_reject(
 
 
 @transaction.atomic
+def movement_withdraw(
+    *, request: MovementRequest | Any, actor: Actor, reason: str
+) -> MovementRequest:
+    """The creator (or a supervisor) withdraws a movement waiting for approval:
+    PENDING_APPROVAL -> REJECTED with the reason and who withdrew it; the reservation is
+    released and the ``request_rejected`` callback says ``withdrawn_by``."""
+    reason = require_reason(reason, "withdraw")
+    request = lock_request(request)
+    enforce(withdraw_refusal(actor=actor, movement=request))
+    request.withdrawn_by = actor.user
+    return _end_before_execution(
+        request,
+        new_state=RequestState.REJECTED,
+        actor=actor,
+        reason=reason,
+        detail={"withdrawn_by": actor.user.get_username() if actor.user else str(actor)},
+        update_fields=["withdrawn_by"],
+    )
+
+
+@transaction.atomic
 def movement_expire(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
     """PENDING_APPROVAL -> EXPIRED once ``expires_at`` has passed."""
-    request = _lock_request(request)
+    request = lock_request(request)
     enforce(expire_refusal(movement=request, now=timezone.now()))
     return _end_before_execution(
         request,
@@ -603,8 +631,8 @@ def movement_cancel(
     funds in transit are no longer watched (their reservation stays HELD), and then as the
     confirmation of another supervisor's proposal (``override``) under the two-person rule."""
     enforce(permission_refusal(actor, Action.CANCEL))
-    reason = _require_reason(reason, "cancel")
-    request = _lock_request(request)
+    reason = require_reason(reason, "cancel")
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(
         cancel_refusal(
@@ -650,7 +678,7 @@ def manual_gate_resume(
 ) -> MovementRequest:
     """Release a READY manual gate: the gate completes and the frontier moves past it."""
     enforce(permission_refusal(actor, Action.RESUME_GATE))
-    request = _lock_request(request)
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(resume_gate_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     gates = waiting_gates(nodes, node_key)
@@ -705,7 +733,7 @@ def node_resolve_unknown(
         raise InvalidInput(
             "evidence is required to resolve an UNKNOWN node", details={"evidence": ["required"]}
         )
-    request = _lock_request(request)
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(resolve_unknown_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     node = _named(nodes, node_key)
@@ -722,6 +750,8 @@ def node_resolve_unknown(
     if outcome == NodeState.SUBMITTED:
         node.next_attempt_at = timezone.now()  # watched again at once
         fields.append("next_attempt_at")
+    node.last_error = resolution_reason(f"resolving {node_key} as {outcome}", actor, str(evidence))
+    fields.append("last_error")
     set_node_state(
         node=node,
         new_state=outcome,
@@ -729,6 +759,9 @@ def node_resolve_unknown(
         detail=detail,
         update_fields=fields,
     )
+    if request.failure_reason:
+        request.failure_reason = node.last_error
+        save_fields(request, ["failure_reason"])
     if outcome == NodeState.COMPLETED:
         advance_after_completion(request, node, actor=actor, nodes=nodes)
     else:
@@ -743,16 +776,18 @@ def intervention_resume(
     """MANUAL_INTERVENTION -> EXECUTING once no node is FAILED or UNKNOWN; the frontier is
     re-examined so nodes whose predecessors are done wake up."""
     enforce(permission_refusal(actor, Action.INTERVENTION_RESUME))
-    reason = _require_reason(reason, "resume")
-    request = _lock_request(request)
+    reason = require_reason(reason, "resume")
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(intervention_resume_refusal(actor=actor, movement=request, nodes=nodes))
+    request.failure_reason = resolution_reason("resume", actor, reason)
     set_request_state(
         request=request,
         new_state=RequestState.EXECUTING,
         actor=actor,
         nodes=nodes,
         detail={"reason": reason},
+        update_fields=["failure_reason"],
     )
     refresh_frontier(request, actor=actor)
     return request
@@ -765,34 +800,23 @@ def intervention_retry(
     """A new attempt of a FAILED node. The failed attempt keeps its history and no longer
     counts in derivation; the request goes back to EXECUTING once nothing else is stuck."""
     enforce(permission_refusal(actor, Action.INTERVENTION_RETRY))
-    reason = _require_reason(reason, "retry")
-    request = _lock_request(request)
+    reason = require_reason(reason, "retry")
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(retry_refusal(actor=actor, movement=request, nodes=nodes, node_key=node_key))
     failed = _named(nodes, node_key)
-    failed.is_current = False
-    save_fields(failed, ["is_current"])
-    attempt = MovementRequestNode.attempt_of(
-        failed.plan_node, request=request, attempt=failed.attempt + 1
-    )
-    attempt.save()
-    record_event(
-        request=request,
-        node=failed,
-        actor=actor,
-        detail={"superseded_by_attempt": attempt.attempt, "reason": reason},
-    )
-    set_node_state(
-        node=attempt,
-        new_state=NodeState.READY,
-        actor=actor,
-        detail={"retry_of_attempt": failed.attempt, "reason": reason},
-    )
-    nodes = [attempt if n.pk == failed.pk else n for n in nodes]
-    request.current_frontier = compute_frontier(nodes)
-    save_fields(request, ["current_frontier"])
+    nodes = new_attempt(request, failed, nodes, actor=actor, reason=reason)
+    request.failure_reason = resolution_reason(f"retry of {node_key}", actor, reason)
+    save_fields(request, ["failure_reason"])
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, detail={"reason": reason})
     return request
+
+
+def resolution_reason(action: str, actor: Actor, reason: str) -> str:
+    """The reason a movement shows once a person resolved it: who did what, and why (it
+    replaces the venue's or recovery's reason that brought the movement to them)."""
+    who = actor.user.get_username() if actor.user is not None else actor.id
+    return f"resolved by {action} by {who}: {reason}"[:2000]
 
 
 def _force_finish(
@@ -809,7 +833,9 @@ def _force_finish(
     enforce(policy(actor=actor, movement=request, nodes=nodes))
     action = OverrideAction.FORCE_COMPLETE if completing else OverrideAction.FORCE_FAIL
     enforce(_two_person(action, request, override))
-    request.failure_reason = reason if new_state == RequestState.FAILED else request.failure_reason
+    request.failure_reason = resolution_reason(
+        "force-complete" if completing else "force-fail", actor, reason
+    )
     _cancel_waiting_nodes(request, nodes, actor, reason)
     set_request_state(
         request=request,
@@ -834,8 +860,8 @@ def intervention_force_complete(
     Under the two-person rule only as the confirmation of another supervisor's proposal
     (``override``; ``movements.services.overrides``)."""
     enforce(permission_refusal(actor, Action.FORCE_COMPLETE))
-    reason = _require_reason(reason, "force-complete")
-    request = _lock_request(request)
+    reason = require_reason(reason, "force-complete")
+    request = lock_request(request)
     return _force_finish(
         request, new_state=RequestState.COMPLETED, actor=actor, reason=reason, override=override
     )
@@ -853,8 +879,8 @@ def intervention_force_fail(
     side effect completed (an operator settles it). Under the two-person rule only as the
     confirmation of another supervisor's proposal (``override``)."""
     enforce(permission_refusal(actor, Action.FORCE_FAIL))
-    reason = _require_reason(reason, "force-fail")
-    request = _lock_request(request)
+    reason = require_reason(reason, "force-fail")
+    request = lock_request(request)
     return _force_finish(
         request, new_state=RequestState.FAILED, actor=actor, reason=reason, override=override
     )

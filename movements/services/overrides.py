@@ -12,12 +12,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from movements.audit import record_decision
 from movements.models import MovementRequest, OverrideAction, OverrideProposal, OverrideStatus
 from movements.policies import override_confirm_refusal, override_propose_refusal
 from movements.selectors import current_nodes
+from movements.services.guards import lock_request, require_reason
 from movements.services.lifecycle import (
-    _lock_request,
-    _require_reason,
     intervention_force_complete,
     intervention_force_fail,
     movement_cancel,
@@ -27,6 +27,25 @@ from movements.services.state import record_event
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput, NotFound
 from qtg.core.policies import enforce
+
+
+def _record_override(proposal: OverrideProposal, action: str, actor: Actor, **extra: Any) -> None:
+    """The proposal or confirmation in the evidence chain, with the proposal's content."""
+    record_decision(
+        subject=proposal,
+        action=action,
+        actor=actor,
+        detail={
+            "request": str(proposal.request_id),
+            "action": proposal.action,
+            "node_key": proposal.node_key,
+            "reason": proposal.reason,
+            "evidence": proposal.evidence,
+            "status": proposal.status,
+            "expires_at": proposal.expires_at,
+            **extra,
+        },
+    )
 
 
 @transaction.atomic
@@ -44,7 +63,7 @@ def override_propose(
         raise InvalidInput(
             f"unknown override {action!r}", details={"action": list(OverrideAction.values)}
         )
-    reason = _require_reason(reason, "propose an override")
+    reason = require_reason(reason, "propose an override")
     if action == OverrideAction.RESOLVE_NEVER_HAPPENED:
         if not node_key:
             raise InvalidInput("name the UNKNOWN node", details={"node_key": ["required"]})
@@ -53,7 +72,7 @@ def override_propose(
                 "evidence is required to resolve an UNKNOWN node",
                 details={"evidence": ["required"]},
             )
-    request = _lock_request(request)
+    request = lock_request(request)
     nodes = current_nodes(request, lock=True)
     enforce(
         override_propose_refusal(
@@ -71,6 +90,7 @@ def override_propose(
         proposed_at=now,
         expires_at=now + settings.QTG_OVERRIDE_PROPOSAL_TTL,
     )
+    _record_override(proposal, "proposed", actor)
     record_event(
         request=request,
         actor=actor,
@@ -86,21 +106,26 @@ def override_propose(
 
 
 @transaction.atomic
-def override_confirm(*, proposal: OverrideProposal | Any, actor: Actor) -> MovementRequest:
-    """Another supervisor confirms a proposal: the override is carried out now (its own rules
-    asked again), recorded as the confirmation event followed by the action's events."""
+def override_confirm(
+    *, proposal: OverrideProposal | Any, actor: Actor, reason: str
+) -> MovementRequest:
+    """Another supervisor confirms a proposal with their own reason: the override is carried
+    out now (its own rules asked again), recorded as the confirmation event followed by the
+    action's events."""
+    confirm_reason = require_reason(reason, "confirm an override")
     pk = proposal.pk if isinstance(proposal, OverrideProposal) else proposal
     # The movement first, then the proposal: the order every writer of a movement locks in.
     request_id = OverrideProposal.objects.filter(pk=pk).values_list("request_id", flat=True)
     if not request_id:
         raise NotFound(f"override proposal {pk} does not exist")
-    request = _lock_request(request_id[0])
+    request = lock_request(request_id[0])
     proposal = OverrideProposal.objects.select_for_update().get(pk=pk)
     enforce(override_confirm_refusal(actor=actor, proposal=proposal, now=timezone.now()))
     proposal.status = OverrideStatus.CONFIRMED
     proposal.confirmed_by = actor.user
     proposal.confirmed_at = timezone.now()
     proposal.save(update_fields=["status", "confirmed_by", "confirmed_at"])
+    _record_override(proposal, "confirmed", actor, confirm_reason=confirm_reason)
     record_event(
         request=request,
         actor=actor,
@@ -110,9 +135,13 @@ def override_confirm(*, proposal: OverrideProposal | Any, actor: Actor) -> Movem
             "proposed_by": proposal.proposed_by.get_username(),
             "node_key": proposal.node_key,
             "reason": proposal.reason,
+            "confirm_reason": confirm_reason,
         },
     )
-    reason = f"{proposal.reason} (proposed by {proposal.proposed_by.get_username()})"
+    reason = (
+        f"{proposal.reason} (proposed by {proposal.proposed_by.get_username()}; "
+        f"confirmed: {confirm_reason})"
+    )
     if proposal.action == OverrideAction.FORCE_COMPLETE:
         return intervention_force_complete(
             request=request, actor=actor, reason=reason, override=proposal

@@ -155,9 +155,21 @@ def failure_reason_of(nodes: list[MovementRequestNode]) -> str:
     for state, verb in ((NodeState.FAILED, "failed"), (NodeState.UNKNOWN, "is UNKNOWN")):
         for node in nodes:
             if node.node_state == state:
-                error = (node.last_error or "no error recorded")[:500]
+                error = (node.last_error or _last_transition(node))[:500]
                 return f"{node.node_key} {verb}: {error}"
     return ""
+
+
+def _last_transition(node: MovementRequestNode) -> str:
+    """A node that reached its state with no error recorded: what its audit trail says."""
+    event = node.events.filter(new_state=node.node_state).order_by("-pk").first()
+    if event is None:
+        return f"reached {node.node_state} (see its events)"
+    detail = {k: v for k, v in (event.detail or {}).items() if k != "attention"}
+    said = ", ".join(f"{k}={v}" for k, v in list(detail.items())[:6])
+    return f"{event.old_state} -> {event.new_state} by {event.actor_type}:{event.actor_id}" + (
+        f" ({said})" if said else ""
+    )
 
 
 def _wake(
@@ -263,6 +275,47 @@ def advance_after_completion(
         return
     cause = {"completed_node": completed_node.node_key}
     _advance(request, successors, nodes, actor, cause, writer)
+
+
+def new_attempt(
+    request: MovementRequest,
+    failed: MovementRequestNode,
+    nodes: list[MovementRequestNode],
+    *,
+    actor: Actor,
+    reason: str,
+    writer: RowWriter | None = None,
+) -> list[MovementRequestNode]:
+    """A new attempt (READY, its own idempotency key) of the FAILED ``failed``: the failed
+    attempt keeps its history and no longer counts in derivation; the frontier is recomputed.
+    Returns the movement's current nodes with the new attempt in the failed one's place. The
+    caller holds the movement's lock and derives its state after."""
+    failed.is_current = False
+    save_fields(failed, ["is_current"], writer=writer)
+    if writer is not None:
+        writer.flush()  # the old attempt stops being current before the new one is inserted
+    attempt = MovementRequestNode.attempt_of(
+        failed.plan_node, request=request, attempt=failed.attempt + 1
+    )
+    attempt.save()
+    record_event(
+        request=request,
+        node=failed,
+        actor=actor,
+        detail={"superseded_by_attempt": attempt.attempt, "reason": reason},
+        writer=writer,
+    )
+    set_node_state(
+        node=attempt,
+        new_state=NodeState.READY,
+        actor=actor,
+        detail={"retry_of_attempt": failed.attempt, "reason": reason},
+        writer=writer,
+    )
+    nodes = [attempt if n.pk == failed.pk else n for n in nodes]
+    request.current_frontier = compute_frontier(nodes)
+    save_fields(request, ["current_frontier"], writer=writer)
+    return nodes
 
 
 def refresh_frontier(request: MovementRequest, *, actor: Actor) -> None:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
@@ -109,13 +110,17 @@ def save_leases(
     expires_at: Any,
     heartbeat_at: Any,
     owner: str | None = None,
+    new_epoch: bool = False,
     writer: RowWriter | None = None,
 ) -> int:
-    """Give nodes the caller holds locked one lease (``owner`` unchanged when None), in one
-    statement; no state changes. Returns how many rows were written."""
-    values = {"lease_expires_at": expires_at, "heartbeat_at": heartbeat_at}
+    """Give nodes the caller holds locked one lease (``owner`` unchanged when None; with
+    ``new_epoch`` each row's lease epoch grows by one), in one statement; no state changes.
+    Returns how many rows were written."""
+    values: dict[str, Any] = {"lease_expires_at": expires_at, "heartbeat_at": heartbeat_at}
     if owner is not None:
         values = {"lease_owner": owner, **values}
+    if new_epoch:
+        values["lease_epoch"] = F("lease_epoch") + 1
     values["updated_at"] = heartbeat_at
     return (writer or row_writer()).write_same(MovementRequestNode, node_ids, values)
 
@@ -250,6 +255,11 @@ def set_request_state(
             writer.flush()
             nodes = list(MovementRequestNode.objects.current().filter(request=request))
         after_request_transition(
-            request=request, old_state=old_state, new_state=target, nodes=nodes, actor=actor
+            request=request,
+            old_state=old_state,
+            new_state=target,
+            nodes=nodes,
+            actor=actor,
+            detail=detail,
         )
         return event

@@ -1,5 +1,10 @@
 """Who acted: every state change records an actor (a user or a named system component)."""
 
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +25,12 @@ class Actor:
     @classmethod
     def system(cls, component: str) -> "Actor":
         return cls(type=ActorType.SYSTEM, id=component)
+
+    @classmethod
+    def sweep(cls, component: str) -> "Actor":
+        """A periodic sweep's component, named with the worker process that ran it
+        (``lease-reaper@worker:<host>:<pid>``)."""
+        return cls.system(f"{component}@worker:{socket.gethostname()}:{os.getpid()}")
 
     @classmethod
     def for_user(cls, user: Any) -> "Actor":
@@ -48,3 +59,27 @@ def resolve_actor(
     if actor is not None:
         return actor
     return Actor(type=actor_type or ActorType.SYSTEM, id=actor_id or "system")
+
+
+# The worker process, lease epoch and attempt a venue call runs under (set around every
+# executor call by the worker): records written during it name them (``acting``).
+_ACTING: ContextVar[str | None] = ContextVar("qtg_acting_worker", default=None)
+
+
+@contextmanager
+def acting_for(label: str) -> Iterator[None]:
+    """Within the block, system actors are recorded as acting for ``label``."""
+    token = _ACTING.set(label)
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
+def acting(actor: Actor) -> Actor:
+    """``actor``, naming the worker, lease epoch and attempt it acts for, if inside one
+    (a component such as ``venues.evm`` alone does not say which process or attempt)."""
+    label = _ACTING.get()
+    if label is None or actor.is_user:
+        return actor
+    return Actor(type=actor.type, id=f"{actor.id}@{label}"[:128], user=actor.user)

@@ -6,6 +6,8 @@ from typing import Any
 class QTGError(Exception):
     code = "error"
     http_status = 400
+    # Seconds after which retrying may succeed (the API's ``Retry-After``), when it may.
+    retry_after: int | None = None
 
     def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -110,6 +112,7 @@ class IdempotencyInProgress(QTGError):
 
     code = "idempotency_in_progress"
     http_status = 409
+    retry_after = 1
 
 
 class NotPermitted(QTGError):

@@ -2,8 +2,10 @@
 
 from django.db import models
 
+from qtg.core.chain import ChainedModel, ChainedQuerySet
 
-class AppendOnlyQuerySet(models.QuerySet):
+
+class AppendOnlyQuerySet(ChainedQuerySet):
     """Bulk updates and deletes are refused: an audit table only grows."""
 
     def update(self, **kwargs):
@@ -13,9 +15,10 @@ class AppendOnlyQuerySet(models.QuerySet):
         raise TypeError(f"{_label(self.model)} are append-only")
 
 
-class AppendOnlyModel(models.Model):
+class AppendOnlyModel(ChainedModel):
     """An audit record: written once, never changed, never deleted (the same through the
-    queryset, so ``update()``/``delete()`` cannot bypass it)."""
+    queryset, so ``update()``/``delete()`` cannot bypass it), linked into its stream's
+    evidence chain (``qtg.core.chain``) when inserted."""
 
     objects = AppendOnlyQuerySet.as_manager()
 

@@ -3,39 +3,44 @@
 A venue reached by several spellings (``SANDBOX-EXCHANGE-A``, ``sandbox-exchange-a.``) would
 escape a hardcap scoped to one of them, so movements and hardcaps store the canonical form:
 trimmed, lower case, without trailing dots. Chain addresses are venues too (a transfer's
-destination): an EVM address is compared in lower case (its checksum is only a spelling), a
-Solana address keeps its case (base58 is case-sensitive).
+destination): each is compared in its chain family's spelling (``qtg.core.chains``: the
+families register how their addresses are spelled and compared; the kernel knows none).
 """
-
-import re
 
 from django.conf import settings
 
-EVM_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
-# base58 (no 0, O, I, l) of a 32-byte public key: 32 to 44 characters.
-BASE58_ADDRESS = re.compile(r"^[1-9A-HJ-NP-Za-km-z]{32,44}$")
+from qtg.core.chains import is_chain_address, normalise_address
+
+__all__ = ["canonical_venue", "is_chain_address", "is_known_venue", "provide_venues"]
 
 _provided: set[str] = set()
-
-
-def is_chain_address(name: str) -> bool:
-    """Whether ``name`` is spelled as an EVM (0x + 40 hex) or Solana (base58) address."""
-    value = (name or "").strip()
-    return bool(EVM_ADDRESS.match(value) or BASE58_ADDRESS.match(value))
+_details: dict[str, dict] = {}
 
 
 def canonical_venue(name: str) -> str:
     """The one spelling of a venue name that movements and hardcap scopes compare."""
     value = (name or "").strip()
-    if BASE58_ADDRESS.match(value):
-        return value
+    address = normalise_address(value)
+    if address is not None:
+        return address
     return value.lower().rstrip(".")
 
 
-def provide_venues(names: list[str]) -> None:
+def provide_venues(names: list[str], *, details: dict[str, dict] | None = None) -> None:
     """Venues known from an app's reviewed configuration (the real venues' accounts), beside
-    ``QTG_KNOWN_VENUES``."""
+    ``QTG_KNOWN_VENUES``, with what the API's venue list says of each (``venue_details``)."""
     _provided.update(canonical_venue(name) for name in names if name.strip())
+    for name, detail in (details or {}).items():
+        _details[canonical_venue(name)] = dict(detail)
+
+
+LISTED = {"kind": "listed", "chain": None, "chain_kind": None, "exchange": None, "assets": None}
+
+
+def venue_details() -> list[dict]:
+    """Every known venue with its kind (``chain_account``, ``exchange_account``, or ``listed``
+    in ``QTG_KNOWN_VENUES``), chain or exchange and assets (null: not restricted here)."""
+    return [{"name": name, **_details.get(name, LISTED)} for name in venue_choices()]
 
 
 def known_venues() -> frozenset[str]:

@@ -9,6 +9,10 @@ import {IMessageHandler, IMessageTransmitter, IMintBurnToken} from "./CctpInterf
 /// first), burns them and sends a burn message through the local MessageTransmitter; on the
 /// destination chain the transmitter calls `handleReceiveMessage`, which mints.
 ///
+/// The per-message burn limit has the shape of Circle's contracts: `localMinter()` names the
+/// TokenMinter (this contract itself here) whose `burnLimitsPerMessage(token)` is the most one
+/// `depositForBurn` may burn, set by `setMaxBurnAmountPerMessage` (Circle's TokenController).
+///
 /// Burn message body layout (abi.encodePacked):
 ///   field           bytes   type      offset
 ///   version         4       uint32    0
@@ -28,6 +32,8 @@ contract TokenMessenger is IMessageHandler {
     mapping(address => bool) public burnableTokens;
     // keccak256(abi.encodePacked(remoteDomain, remoteToken)) => local token to mint
     mapping(bytes32 => address) public remoteTokensToLocalTokens;
+    // local token => the most one message may burn (Circle's TokenController)
+    mapping(address => uint256) public burnLimitsPerMessage;
 
     event DepositForBurn(
         uint64 indexed nonce,
@@ -42,6 +48,7 @@ contract TokenMessenger is IMessageHandler {
     event MintAndWithdraw(address indexed mintRecipient, uint256 amount, address indexed mintToken);
     event RemoteTokenMessengerAdded(uint32 domain, bytes32 tokenMessenger);
     event TokenPairLinked(address localToken, uint32 remoteDomain, bytes32 remoteToken);
+    event SetBurnLimitPerMessage(address indexed token, uint256 burnLimitPerMessage);
 
     modifier onlyOwner() {
         require(msg.sender == owner, "Ownable: caller is not the owner");
@@ -72,7 +79,23 @@ contract TokenMessenger is IMessageHandler {
         require(remoteTokensToLocalTokens[key] == address(0), "Unable to link token pair");
         remoteTokensToLocalTokens[key] = localToken;
         burnableTokens[localToken] = true;
+        if (burnLimitsPerMessage[localToken] == 0) {
+            burnLimitsPerMessage[localToken] = type(uint256).max;
+        }
         emit TokenPairLinked(localToken, remoteDomain, remoteToken);
+    }
+
+    /// @notice The TokenMinter whose burn limits apply (Circle's layout: a separate contract).
+    function localMinter() external view returns (address) {
+        return address(this);
+    }
+
+    function setMaxBurnAmountPerMessage(address localToken, uint256 burnLimitPerMessage)
+        external
+        onlyOwner
+    {
+        burnLimitsPerMessage[localToken] = burnLimitPerMessage;
+        emit SetBurnLimitPerMessage(localToken, burnLimitPerMessage);
     }
 
     function depositForBurn(
@@ -86,6 +109,7 @@ contract TokenMessenger is IMessageHandler {
         bytes32 destinationMessenger = remoteTokenMessengers[destinationDomain];
         require(destinationMessenger != bytes32(0), "No TokenMessenger for domain");
         require(burnableTokens[burnToken], "Burn token not supported");
+        require(amount <= burnLimitsPerMessage[burnToken], "Burn amount exceeds per tx limit");
 
         IMintBurnToken token = IMintBurnToken(burnToken);
         require(token.transferFrom(msg.sender, address(this), amount), "Transfer operation failed");

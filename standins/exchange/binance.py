@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import zlib
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from urllib.parse import parse_qsl
 
 from .ledger import (
@@ -157,12 +158,22 @@ class BinanceVenue(Venue):
         ).hexdigest()
         if not hmac.compare_digest(expected, signature.lower()):
             raise Refusal("bad_signature")
+        self._check_window(timestamp, recv_window)
+        return account
+
+    def _check_window(self, timestamp: int, recv_window: int) -> None:
         server_time = self.books.server_time_ms()
         if timestamp >= server_time + AHEAD_TOLERANCE_MS:
             raise Refusal("timestamp_ahead")
         if server_time - timestamp > recv_window:
             raise Refusal("timestamp_outside_window")
-        return account
+
+    def still_valid(self, params: dict) -> None:
+        """Binance checks the window again when the request reaches its matching engine: a
+        request held longer than its recvWindow is refused there ("outside of the ME
+        recvWindow")."""
+        timestamp = _int_param(params, "timestamp") or 0
+        self._check_window(timestamp, _int_param(params, "recvWindow", DEFAULT_RECV_WINDOW_MS))
 
     def refuse(self, refusal: Refusal) -> Response:
         status, code, message = ERRORS[refusal.reason]
@@ -297,7 +308,7 @@ class BinanceVenue(Venue):
                         {
                             "network": network.id,
                             "coin": coin.code,
-                            "withdrawIntegerMultiple": "0.00000001",
+                            "withdrawIntegerMultiple": plain(Decimal(1).scaleb(-network.decimals)),
                             "isDefault": network.is_default,
                             "depositEnable": True,
                             "withdrawEnable": True,
@@ -378,7 +389,7 @@ class BinanceVenue(Venue):
             amount=to_decimal(params["amount"]),
             client_id=params.get("withdrawOrderId") or None,
         )
-        return self.after_accept(json_response(200, {"id": withdrawal.id}))
+        return self.accepted(withdrawal, 200, lambda w: {"id": w.id})
 
     def withdraw_history(self, params: dict, account: Account) -> Response:
         """GET /sapi/v1/capital/withdraw/history, newest first."""
@@ -423,9 +434,8 @@ class BinanceVenue(Venue):
 
     # --- rows ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _in_time_range(rows: list, params: dict, default_days: int) -> list:
-        now = datetime.now(UTC)
+    def _in_time_range(self, rows: list, params: dict, default_days: int) -> list:
+        now = self.books.now()
         end = _int_param(params, "endTime")
         start = _int_param(params, "startTime")
         end_at = datetime.fromtimestamp(end / 1000, UTC) if end is not None else now

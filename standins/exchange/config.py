@@ -11,6 +11,8 @@
       coins: {...}              # optional; replaces the default coin table (ledger.DEFAULT_COINS)
     upbit:
       accounts: {...}
+    bithumb:
+      accounts: {...}
 
 The keys are the stand-in's own test credentials, not real ones.
 """
@@ -24,13 +26,14 @@ from pathlib import Path
 
 import yaml
 
-from . import binance, upbit
+from . import binance, bithumb, upbit
 from .ledger import DEFAULT_COINS, AccountSpec, build_coins
 from .wire import Venue
 
 VENUES = {
     "binance": (binance.BinanceVenue, binance.make_books),
     "upbit": (upbit.UpbitVenue, upbit.make_books),
+    "bithumb": (bithumb.BithumbVenue, bithumb.make_books),
 }
 
 DEFAULT_BALANCES = {"USDT": "10000", "USDC": "10000", "ETH": "10", "BTC": "1"}

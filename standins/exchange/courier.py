@@ -14,7 +14,7 @@ import logging
 import threading
 from datetime import timedelta
 
-from .ledger import COMPLETED, PENDING, PROCESSING, Refusal, utcnow
+from .ledger import COMPLETED, PENDING, PROCESSING, Refusal
 from .wire import Venue
 
 log = logging.getLogger("standins.exchange.courier")
@@ -40,9 +40,9 @@ def deliver_due(venues: dict[str, Venue], *, older_than: float) -> list[dict]:
     """Broadcast every withdrawal accepted more than ``older_than`` seconds ago and credit
     the deposits it makes; what was delivered."""
     delivered = []
-    cutoff = utcnow() - timedelta(seconds=older_than)
     for venue in venues.values():
         books = venue.books
+        cutoff = books.now() - timedelta(seconds=older_than)
         with books.lock:
             due = [
                 w

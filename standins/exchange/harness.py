@@ -211,7 +211,8 @@ class LocalExchange:
         return self.control("POST", f"{exchange_id}/deposits/complete", {"txid": txid})
 
     def settle_withdrawal(self, exchange_id: str, **settlement) -> dict:
-        """id or client_id; status (default completed); txid (generated when completing)."""
+        """id or client_id; status (default completed); txid (generated when completing);
+        reverse: a completed withdrawal fails afterwards (status failed/rejected/canceled)."""
         return self.control("POST", f"{exchange_id}/withdrawals/settle", settlement)
 
     def set_balance(self, exchange_id: str, coin: str, amount: str, account: str = "main") -> dict:
@@ -225,8 +226,9 @@ class LocalExchange:
         return self.control("POST", f"{exchange_id}/whitelist", payload)
 
     def add_fault(self, exchange_id: str, kind: str, **fault) -> dict:
-        """kind: maintenance | timeout_after_accept | drop_after_accept;
-        endpoint (default every endpoint), times (default until cleared), hold_seconds."""
+        """kind: maintenance | timeout_after_accept | drop_after_accept | slow_before_accept
+        | answer_other_id | empty_accept; endpoint (default every endpoint), times (default
+        until cleared), hold_seconds, account (default every account of the venue)."""
         return self.control("POST", f"{exchange_id}/faults", {"kind": kind, **fault})
 
     def clear_faults(self, exchange_id: str) -> dict:

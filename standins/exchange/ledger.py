@@ -108,6 +108,8 @@ class Network:
     withdraw_min: Decimal
     address_regex: str
     is_default: bool
+    # Decimal places a withdrawal amount may have on this network.
+    decimals: int = 8
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ def build_coins(spec: dict[str, dict]) -> dict[str, Coin]:
                 withdraw_min=Decimal(str(net.get("min", "0"))),
                 address_regex=net.get("regex", ".+"),
                 is_default=bool(net.get("default", index == 0)),
+                decimals=int(net.get("decimals", 8)),
             )
         coins[code] = Coin(code=code, name=coin.get("name", code), networks=networks)
     return coins
@@ -232,7 +235,19 @@ class Deposit:
         }
 
 
-FAULT_KINDS = ("maintenance", "timeout_after_accept", "drop_after_accept")
+FAULT_KINDS = (
+    "maintenance",
+    "timeout_after_accept",
+    "drop_after_accept",
+    # The withdraw request is held ``hold_seconds`` before it is checked and executed (a slow
+    # exchange queue); Binance refuses it then if its recvWindow has passed meanwhile.
+    "slow_before_accept",
+    # The withdrawal is made, but the answer names another withdrawal of the account (the
+    # one made before it, or an id of nobody's when there is none).
+    "answer_other_id",
+    # The withdrawal is made; the answer is an empty object.
+    "empty_accept",
+)
 
 
 @dataclass
@@ -241,6 +256,7 @@ class Fault:
     endpoint: str | None  # None: every endpoint of the venue
     remaining: int | None  # None: until cleared
     hold_seconds: float
+    account: str | None = None  # None: every account of the venue
 
     def as_dict(self) -> dict:
         return {
@@ -248,6 +264,7 @@ class Fault:
             "endpoint": self.endpoint,
             "remaining": self.remaining,
             "hold_seconds": self.hold_seconds,
+            "account": self.account,
         }
 
 
@@ -349,6 +366,8 @@ class Books:
         self.faults: list[Fault] = []
         self.visibility_seconds = 0.0
         self.clock_offset_ms = 0
+        # Withdraw requests being held right now (slow_before_accept).
+        self.held = 0
         self.used_nonces: set[str] = set()
         self.limiter = RateLimiter()
 
@@ -379,6 +398,10 @@ class Books:
 
     def server_time_ms(self) -> int:
         return int(time.time() * 1000) + self.clock_offset_ms
+
+    def now(self) -> datetime:
+        """The server's clock (``clock_offset_ms`` from the real one): its records carry it."""
+        return utcnow() + timedelta(milliseconds=self.clock_offset_ms)
 
     # --- withdrawals -----------------------------------------------------------------------
 
@@ -417,7 +440,7 @@ class Books:
             if balance < debited:
                 raise Refusal("insufficient_balance", balance=plain(balance))
             account.balances[coin] = balance - debited
-            now = utcnow()
+            now = self.now()
             withdrawal = Withdrawal(
                 id=self._new_id(),
                 account=account.name,
@@ -440,7 +463,7 @@ class Books:
 
     def visible_withdrawals(self, account: Account) -> list[Withdrawal]:
         """Newest first, hiding the ones the history does not show yet."""
-        now = utcnow()
+        now = self.now()
         with self.lock:
             rows = [
                 w for w in self.withdrawals if w.account == account.name and w.visible_at <= now
@@ -448,8 +471,16 @@ class Books:
         return sorted(rows, key=lambda w: w.created_at, reverse=True)
 
     def settle_withdrawal(
-        self, *, id: str | None, client_id: str | None, status: str, txid: str | None
+        self,
+        *,
+        id: str | None,
+        client_id: str | None,
+        status: str,
+        txid: str | None,
+        reverse: bool = False,
     ) -> Withdrawal:
+        """Move a withdrawal on. ``reverse``: a COMPLETED one fails afterwards (the exchange
+        takes its word back and refunds it), which real exchanges do."""
         if status not in WITHDRAWAL_STATUSES:
             raise Refusal("malformed", param="status")
         with self.lock:
@@ -462,7 +493,8 @@ class Books:
             if len(matches) != 1:
                 raise Refusal("unknown_withdrawal", id=id, client_id=client_id, found=len(matches))
             withdrawal = matches[0]
-            if withdrawal.status in (COMPLETED, *REFUNDED_STATUSES):
+            reversing = reverse and withdrawal.status == COMPLETED and status in REFUNDED_STATUSES
+            if withdrawal.status in (COMPLETED, *REFUNDED_STATUSES) and not reversing:
                 raise Refusal("withdrawal_final", status=withdrawal.status)
             if status == COMPLETED and txid is None:
                 txid = "0x" + secrets.token_hex(32)
@@ -475,8 +507,19 @@ class Books:
                     account.balances.get(withdrawal.coin, Decimal(0)) + withdrawal.debited
                 )
             if status in (COMPLETED, *REFUNDED_STATUSES):
-                withdrawal.completed_at = utcnow()
+                withdrawal.completed_at = self.now()
             return withdrawal
+
+    def other_withdrawal(self, withdrawal: Withdrawal) -> Withdrawal | None:
+        """The account's withdrawal made just before ``withdrawal`` (the answer_other_id
+        fault names it)."""
+        with self.lock:
+            earlier = [
+                w
+                for w in self.withdrawals
+                if w.account == withdrawal.account and w.id != withdrawal.id
+            ]
+        return earlier[-1] if earlier else None
 
     # --- deposits --------------------------------------------------------------------------
 
@@ -497,7 +540,7 @@ class Books:
         network_ = self.coin(coin).network(network)
         with self.lock:
             owner = self.account(account)
-            now = utcnow()
+            now = self.now()
             deposit = Deposit(
                 id=self._new_id(),
                 account=owner.name,
@@ -521,7 +564,7 @@ class Books:
             if len(matches) != 1:
                 raise Refusal("unknown_deposit", txid=txid, found=len(matches))
             deposit = matches[0]
-            self._complete(deposit, self.accounts[deposit.account], utcnow())
+            self._complete(deposit, self.accounts[deposit.account], self.now())
             return deposit
 
     @staticmethod
@@ -547,11 +590,16 @@ class Books:
         with self.lock:
             self.faults.clear()
 
-    def take_fault(self, endpoint: str, kinds: tuple[str, ...]) -> Fault | None:
-        """The first armed fault of one of `kinds` for this endpoint, consuming one use."""
+    def take_fault(
+        self, endpoint: str, kinds: tuple[str, ...], account: str | None = None
+    ) -> Fault | None:
+        """The first armed fault of one of `kinds` for this endpoint (and this account, for a
+        fault armed for one account only), consuming one use."""
         with self.lock:
             for fault in self.faults:
                 if fault.kind not in kinds or fault.endpoint not in (None, endpoint):
+                    continue
+                if fault.account is not None and fault.account != account:
                     continue
                 if fault.remaining is not None:
                     fault.remaining -= 1
@@ -594,6 +642,7 @@ class Books:
                 "faults": [f.as_dict() for f in self.faults],
                 "visibility_seconds": self.visibility_seconds,
                 "clock_offset_ms": self.clock_offset_ms,
+                "held": self.held,
                 "rate_limit": (
                     None
                     if self.limiter.policy is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -54,6 +55,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._dispatch()
 
+    # The Date header is the venue's own clock (its clock_offset_ms): Upbit's and Bithumb's
+    # clocks are read from it.
+    clock_offset_ms = 0
+
+    def date_time_string(self, timestamp=None) -> str:
+        moment = time.time() if timestamp is None else timestamp
+        return super().date_time_string(moment + self.clock_offset_ms / 1000)
+
     def log_message(self, format: str, *args) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
@@ -73,7 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
         if prefix == "_control":
             response = control(self.server, request)
         elif prefix in self.server.venues:
-            response = self.server.venues[prefix].handle(request)
+            venue = self.server.venues[prefix]
+            self.clock_offset_ms = venue.books.clock_offset_ms
+            response = venue.handle(request)
         else:
             response = json_response(404, {"error": f"no venue {prefix!r}"})
         self._send(response)
@@ -155,6 +166,7 @@ def _settle_withdrawal(venue: Venue, p: dict) -> dict:
         client_id=p.get("client_id"),
         status=p.get("status", COMPLETED),
         txid=p.get("txid"),
+        reverse=bool(p.get("reverse", False)),
     )
     return withdrawal.as_dict()
 
@@ -180,6 +192,7 @@ def _add_fault(venue: Venue, p: dict) -> dict:
         endpoint=p.get("endpoint"),
         remaining=p.get("times"),
         hold_seconds=float(p.get("hold_seconds", 0)),
+        account=p.get("account"),
     )
     venue.books.add_fault(fault)
     return fault.as_dict()

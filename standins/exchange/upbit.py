@@ -102,6 +102,8 @@ def _raw_value(value) -> str:
 
 class UpbitVenue(Venue):
     name = "upbit"
+    withdrawal_states = WITHDRAWAL_STATES
+    deposit_states = DEPOSIT_STATES
 
     def client_key(self, request: Request) -> str:
         payload = self._unverified_payload(request)
@@ -259,12 +261,47 @@ class UpbitVenue(Venue):
             amount=to_decimal(params["amount"]),
             client_id=None,  # Upbit takes no client withdrawal id
         )
-        return self.after_accept(json_response(201, self._withdrawal_row(withdrawal)))
+        return self.accepted(withdrawal, 201, self._withdrawal_row)
+
+    def withdraw_chance(self, params: dict, account: Account) -> Response:
+        """GET /v1/withdraws/chance: the currency's withdrawal fee, minimum and precision
+        (``withdraw_limit.fixed``: decimal places)."""
+        for name in ("currency", "net_type"):
+            if not params.get(name):
+                raise Refusal("param_missing", param=name)
+        coin = self.books.coin(params["currency"])
+        network = coin.network(params["net_type"])
+        with self.books.lock:
+            balance = account.balances.get(coin.code, 0)
+        return json_response(
+            200,
+            {
+                "member_level": {"security_level": 3, "fee_level": 0, "email_verified": True},
+                "currency": {
+                    "code": coin.code,
+                    "withdraw_fee": plain(network.withdraw_fee),
+                    "is_coin": True,
+                    "wallet_state": "working",
+                    "wallet_support": ["deposit", "withdraw"],
+                },
+                "account": {"currency": coin.code, "balance": plain(balance), "locked": "0"},
+                "withdraw_limit": {
+                    "currency": coin.code,
+                    "minimum": plain(network.withdraw_min),
+                    "onetime": None,
+                    "daily": None,
+                    "remaining_daily": None,
+                    "remaining_daily_krw": None,
+                    "fixed": network.decimals,
+                    "can_withdraw": True,
+                },
+            },
+        )
 
     def withdrawals(self, params: dict, account: Account) -> Response:
         """GET /v1/withdraws (newest first unless order_by=asc)."""
         rows = self.books.visible_withdrawals(account)
-        rows = self._filter(rows, params, WITHDRAWAL_STATES)
+        rows = self._filter(rows, params, self.withdrawal_states)
         return json_response(200, [self._withdrawal_row(w) for w in rows])
 
     def withdrawal(self, params: dict, account: Account) -> Response:
@@ -278,7 +315,7 @@ class UpbitVenue(Venue):
 
     def deposits(self, params: dict, account: Account) -> Response:
         """GET /v1/deposits (newest first unless order_by=asc)."""
-        rows = self._filter(self.books.account_deposits(account), params, DEPOSIT_STATES)
+        rows = self._filter(self.books.account_deposits(account), params, self.deposit_states)
         return json_response(200, [self._deposit_row(d) for d in rows])
 
     def deposit(self, params: dict, account: Account) -> Response:
@@ -334,7 +371,7 @@ class UpbitVenue(Venue):
         if params.get("currency"):
             rows = [r for r in rows if r.coin == params["currency"]]
         if params.get("state"):
-            rows = [r for r in rows if states[r.status] == params["state"].upper()]
+            rows = [r for r in rows if states[r.status].upper() == params["state"].upper()]
         if params.get("uuids[]"):
             rows = [r for r in rows if r.id in params["uuids[]"]]
         if params.get("txids[]"):
@@ -348,15 +385,14 @@ class UpbitVenue(Venue):
             raise Refusal("malformed", param="limit") from None
         return rows[(page - 1) * limit : page * limit]
 
-    @staticmethod
-    def _withdrawal_row(w: Withdrawal) -> dict:
+    def _withdrawal_row(self, w: Withdrawal) -> dict:
         return {
             "type": "withdraw",
             "uuid": w.id,
             "currency": w.coin,
             "net_type": w.network,
             "txid": w.txid,
-            "state": WITHDRAWAL_STATES[w.status],
+            "state": self.withdrawal_states[w.status],
             "created_at": _kst(w.created_at),
             "done_at": _kst(w.completed_at),
             "amount": plain(w.sent),
@@ -365,15 +401,14 @@ class UpbitVenue(Venue):
             "is_cancelable": w.status == PENDING,
         }
 
-    @staticmethod
-    def _deposit_row(d: Deposit) -> dict:
+    def _deposit_row(self, d: Deposit) -> dict:
         return {
             "type": "deposit",
             "uuid": d.id,
             "currency": d.coin,
             "net_type": d.network,
             "txid": d.txid,
-            "state": DEPOSIT_STATES[d.status],
+            "state": self.deposit_states[d.status],
             "created_at": _kst(d.created_at),
             "done_at": _kst(d.completed_at),
             "amount": plain(d.amount),
@@ -386,6 +421,7 @@ class UpbitVenue(Venue):
         ("GET", "/v1/accounts"): Route("balance", accounts, signed=True),
         ("POST", "/v1/withdraws/coin"): Route("withdraw", withdraw, signed=True),
         ("GET", "/v1/withdraws"): Route("withdrawals", withdrawals, signed=True),
+        ("GET", "/v1/withdraws/chance"): Route("withdraw_chance", withdraw_chance, signed=True),
         ("GET", "/v1/withdraw"): Route("withdrawals", withdrawal, signed=True),
         ("GET", "/v1/deposits"): Route("deposits", deposits, signed=True),
         ("GET", "/v1/deposit"): Route("deposits", deposit, signed=True),

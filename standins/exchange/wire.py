@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.message import Message
 
-from .ledger import Account, Books, Refusal, Throttle
+from .ledger import Account, Books, Refusal, Throttle, Withdrawal
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,47 @@ class Venue(ABC):
         try:
             account = self.authenticate(request) if route.signed else None
             params = self.params(request)
+            if account is not None:
+                if self.books.take_fault(route.endpoint, ("maintenance",), account.name):
+                    return self.maintenance()
+                if route.endpoint == "withdraw" and (
+                    slow := self.books.take_fault("withdraw", ("slow_before_accept",), account.name)
+                ):
+                    with self.books.lock:
+                        self.books.held += 1
+                    try:
+                        time.sleep(slow.hold_seconds)
+                    finally:
+                        with self.books.lock:
+                            self.books.held -= 1
+                    self.still_valid(params)
             return route.handler(self, params, account)
         except Refusal as refusal:
             return self.refuse(refusal)
 
-    def after_accept(self, response: Response) -> Response:
+    def still_valid(self, params: dict) -> None:
+        """Whether a request held in the queue may still be executed (Refusal if not): by
+        default it may."""
+        return None
+
+    def accepted(self, withdrawal: Withdrawal, status: int, row: Callable) -> Response:
+        """The answer to an accepted withdrawal, ``row(withdrawal)``, as the armed faults
+        make it: another withdrawal's row, an empty object, a timeout, a dropped socket."""
+        account = withdrawal.account
+        odd = self.books.take_fault("withdraw", ("answer_other_id", "empty_accept"), account)
+        body = row(withdrawal)
+        if odd is not None and odd.kind == "empty_accept":
+            body = {}
+        elif odd is not None:
+            other = self.books.other_withdrawal(withdrawal)
+            body = row(other if other is not None else _stranger(withdrawal))
+        return self.after_accept(json_response(status, body), account)
+
+    def after_accept(self, response: Response, account: str | None = None) -> Response:
         """Apply an armed timeout/drop fault to the answer of an accepted withdrawal."""
-        fault = self.books.take_fault("withdraw", ("timeout_after_accept", "drop_after_accept"))
+        fault = self.books.take_fault(
+            "withdraw", ("timeout_after_accept", "drop_after_accept"), account
+        )
         if fault is None:
             return response
         if fault.kind == "drop_after_accept":
@@ -113,3 +148,8 @@ class Venue(ABC):
     @abstractmethod
     def maintenance(self) -> Response:
         """The venue's answer while it is down for maintenance."""
+
+
+def _stranger(withdrawal: Withdrawal) -> Withdrawal:
+    """A withdrawal nobody made, with an id of its own (for answer_other_id with no other)."""
+    return replace(withdrawal, id=withdrawal.id[::-1])

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirmed-after", type=int, default=defaults.confirmed_after)
     parser.add_argument("--finalized-after", type=int, default=defaults.finalized_after)
     parser.add_argument("--blockhash-validity", type=int, default=defaults.blockhash_validity)
+    parser.add_argument("--skip-every", type=int, default=defaults.skip_every)
+    parser.add_argument("--first-slot", type=int, default=defaults.first_slot)
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
@@ -34,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         confirmed_after=args.confirmed_after,
         finalized_after=args.finalized_after,
         blockhash_validity=args.blockhash_validity,
+        skip_every=args.skip_every,
+        first_slot=args.first_slot,
     )
     server = SolanaServer((args.host, args.port), Ledger(settings))
     # SIGTERM (from the harness or `make run`) stops it like Ctrl-C does.

@@ -142,6 +142,11 @@ class LocalSolana:
         """The next sent transaction lands at `until_slot`, if its blockhash is valid then."""
         self.control("POST", "hold-next", {"until_slot": until_slot})
 
+    def lag_status(self, signature: str, seconds: float) -> None:
+        """getSignatureStatuses misses the landing of ``signature`` for ``seconds`` (its
+        context slot stuck at now)."""
+        self.control("POST", "lag-status", {"signature": signature, "seconds": seconds})
+
     def slow(self, seconds: float, method: str | None = None, times: int | None = None) -> None:
         """Answer `method` (every method by default) `seconds` late, after doing the work."""
         self.control("POST", "slow", {"seconds": seconds, "method": method, "times": times})

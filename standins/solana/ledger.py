@@ -58,12 +58,19 @@ class Settings:
     confirmed_after: int = 1
     finalized_after: int = 32
     blockhash_validity: int = 150
+    # Slots are not blocks: a leader may produce no block for its slot (skipped). Every
+    # ``skip_every``-th slot is skipped (0: none), and the chain starts at ``first_slot`` with
+    # block height 0, so block height < slot as on mainnet (where they differ by millions).
+    skip_every: int = 0
+    first_slot: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.confirmed_after <= self.finalized_after:
             raise LedgerError("need 0 <= confirmed_after <= finalized_after")
         if self.slot_seconds <= 0 or self.blockhash_validity < 1:
             raise LedgerError("slot_seconds and blockhash_validity must be positive")
+        if self.skip_every == 1 or self.skip_every < 0 or self.first_slot < 0:
+            raise LedgerError("skip_every must be 0 or >= 2, first_slot >= 0")
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class Faults:
     dropped: set[str] = field(default_factory=set)
     hold_until: list[int] = field(default_factory=list)
     slow: dict[str, list[float]] = field(default_factory=dict)  # method or "*" -> [seconds, times]
+    # A lagging status view: signature -> (monotonic deadline, the slot its view is stuck at).
+    status_lag: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 class Ledger:
@@ -119,8 +128,10 @@ class Ledger:
         self.svm = LiteSVM().with_blockhash_check(False)
         self.faucet = Keypair()
         self._credit(self.faucet.pubkey(), FAUCET_LAMPORTS)
-        self.slot = 0
-        self._slot_of_hash: dict[str, int] = {}
+        self.slot = self.settings.first_slot
+        self.height = 0  # blocks produced (block height), below the slot once slots are skipped
+        self._height_at_slot: dict[int, int] = {self.slot: 0}
+        self._height_of_hash: dict[str, int] = {}
         self._hash_at_slot: dict[int, str] = {}
         self.pending: dict[str, Pending] = {}
         self.landed: dict[str, Landed] = {}
@@ -133,20 +144,31 @@ class Ledger:
 
     def _record_blockhash(self) -> None:
         blockhash = str(self.svm.latest_blockhash())
-        self._slot_of_hash[blockhash] = self.slot
+        self._height_of_hash[blockhash] = self.height
         self._hash_at_slot[self.slot] = blockhash
 
+    def skipped(self, slot: int) -> bool:
+        every = self.settings.skip_every
+        return bool(every) and slot % every == 0
+
     def tick(self) -> None:
-        """One slot passes: a new block with a new blockhash; due transactions land in it."""
+        """One slot passes: a new block with a new blockhash (due transactions land in it),
+        or, for a skipped slot, no block at all (the block height stays)."""
         with self._lock:
             self.slot += 1
+            if self.skipped(self.slot):
+                self._height_at_slot[self.slot] = self.height
+                self._hash_at_slot[self.slot] = self._hash_at_slot[self.slot - 1]
+                return
+            self.height += 1
+            self._height_at_slot[self.slot] = self.height
             self.svm.expire_blockhash()
             self._record_blockhash()
             for pending in sorted(self.pending.values(), key=lambda p: p.land_at):
                 if pending.land_at > self.slot:
                     continue
                 del self.pending[pending.signature]
-                if self.blockhash_usable(pending.blockhash, self.slot):
+                if self.blockhash_usable(pending.blockhash, self.height):
                     self._land(pending)
 
     def advance(self, slots: int) -> int:
@@ -163,9 +185,10 @@ class Ledger:
         every blockhash handed out so far: no transaction sent until now can land any more, and
         every commitment level agrees. Returns the new slot."""
         with self._lock:
-            newest = max(self._slot_of_hash.values())
-            target = newest + self.settings.blockhash_validity + 1 + self.settings.finalized_after
-            return self.advance(max(0, target - self.slot))
+            newest = max(self._height_of_hash.values()) + self.settings.blockhash_validity
+            while self.height_at("finalized") <= newest:
+                self.tick()
+            return self.slot
 
     def lag(self, commitment: str | None) -> int:
         commitment = commitment or "finalized"
@@ -180,7 +203,12 @@ class Ledger:
     def slot_at(self, commitment: str | None) -> int:
         """The newest slot that has reached `commitment`."""
         with self._lock:
-            return max(0, self.slot - self.lag(commitment))
+            return max(self.settings.first_slot, self.slot - self.lag(commitment))
+
+    def height_at(self, commitment: str | None) -> int:
+        """The block height of the newest slot that has reached `commitment`."""
+        with self._lock:
+            return self._height_at_slot[self.slot_at(commitment)]
 
     # --- blockhashes -------------------------------------------------------------------------
 
@@ -192,10 +220,11 @@ class Ledger:
             return blockhash, self.last_valid_block_height(blockhash), slot
 
     def last_valid_block_height(self, blockhash: str) -> int:
-        return self._slot_of_hash[blockhash] + self.settings.blockhash_validity
+        return self._height_of_hash[blockhash] + self.settings.blockhash_validity
 
     def blockhash_usable(self, blockhash: str, height: int) -> bool:
-        issued = self._slot_of_hash.get(blockhash)
+        """Whether a block at block height `height` may include a transaction on `blockhash`."""
+        issued = self._height_of_hash.get(blockhash)
         return issued is not None and issued <= height <= self.last_valid_block_height(blockhash)
 
     # --- transactions ------------------------------------------------------------------------
@@ -257,11 +286,29 @@ class Ledger:
             post_token_balances=self._token_balances(keys),
         )
 
+    def status_view_slot(self, signatures: list[str]) -> int:
+        """The slot the status view answers at: the processed slot, or, while one of
+        `signatures` is in a lagging view, the slot that view is stuck at."""
+        with self._lock:
+            now = time.monotonic()
+            stuck = [
+                slot
+                for signature in signatures
+                if (lag := self.faults.status_lag.get(signature))
+                and (slot := lag[1]) is not None
+                and now < lag[0]
+            ]
+            return min([self.slot_at("processed"), *stuck])
+
     def status(self, signature: str) -> tuple[Landed, str, int | None] | None:
-        """(landed, confirmation status, confirmations) or None when it has not landed."""
+        """(landed, confirmation status, confirmations) or None when it has not landed (or
+        the status view lags behind its landing)."""
         with self._lock:
             landed = self.landed.get(signature)
             if landed is None:
+                return None
+            lag = self.faults.status_lag.get(signature)
+            if lag is not None and time.monotonic() < lag[0] and landed.slot > lag[1]:
                 return None
             depth = self.slot - landed.slot
             if depth >= self.settings.finalized_after:
@@ -354,7 +401,7 @@ class Ledger:
 
     def _record_blockhash_same_slot(self) -> None:
         blockhash = str(self.svm.latest_blockhash())
-        self._slot_of_hash[blockhash] = self.slot
+        self._height_of_hash[blockhash] = self.height
 
     def create_mint(self, decimals: int = 6) -> Pubkey:
         """A new SPL mint whose authority is the stand-in's faucet."""
@@ -433,6 +480,13 @@ class Ledger:
         with self._lock:
             self.faults.hold_until.append(until_slot)
 
+    def lag_status(self, signature: str, seconds: float) -> None:
+        """For `seconds` from now, the status view of `signature` is stuck at the current
+        slot: getSignatureStatuses answers null for a landing after it, with that slot as
+        its context (a node whose status cache is behind)."""
+        with self._lock:
+            self.faults.status_lag[signature] = (time.monotonic() + float(seconds), self.slot)
+
     def set_slow(self, seconds: float, method: str = "*", times: int | None = None) -> None:
         with self._lock:
             self.faults.slow[method] = [seconds, -1 if times is None else times]
@@ -461,7 +515,9 @@ class Ledger:
         with self._lock:
             return {
                 "slot": self.slot,
+                "height": self.height,
                 "slots": {c: self.slot_at(c) for c in COMMITMENTS},
+                "heights": {c: self.height_at(c) for c in COMMITMENTS},
                 "paused": self.paused,
                 "settings": vars(self.settings),
                 "pending": {s: p.land_at for s, p in self.pending.items()},

@@ -167,9 +167,11 @@ class SolanaRpc:
     def is_blockhash_valid(self, params: list) -> object:
         blockhash = _arg(params, 0, "blockhash")
         commitment = _commitment(_config(params, 1))
-        height = self.ledger.slot_at(commitment)
+        height = self.ledger.height_at(commitment)
         valid = self.ledger.blockhash_usable(blockhash, height)
-        return _result(IsBlockhashValidResp(valid, RpcResponseContext(height)))
+        return _result(
+            IsBlockhashValidResp(valid, RpcResponseContext(self.ledger.slot_at(commitment)))
+        )
 
     # --- transactions ------------------------------------------------------------------------
 
@@ -195,7 +197,7 @@ class SolanaRpc:
         """What a real node checks before forwarding: a known, unexpired blockhash, not already
         processed, and a simulation that succeeds."""
         signature = str(tx.signatures[0])
-        height = self.ledger.slot_at(commitment)
+        height = self.ledger.height_at(commitment)
         if signature in self.ledger.landed:
             self._refuse(
                 TransactionErrorFieldless.AlreadyProcessed,
@@ -237,7 +239,8 @@ class SolanaRpc:
                     CONFIRMATION_STATUS[level],
                 )
             )
-        return _result(GetSignatureStatusesResp(statuses, self._context()))
+        context = RpcResponseContext(self.ledger.status_view_slot(list(signatures)))
+        return _result(GetSignatureStatusesResp(statuses, context))
 
     def get_transaction(self, params: list) -> object:
         signature = _arg(params, 0, "signature")
@@ -320,5 +323,5 @@ class SolanaRpc:
         return self.ledger.slot_at(_commitment(_config(params, 0)))
 
     def get_block_height(self, params: list) -> object:
-        # One block per slot: block height equals the slot.
-        return self.ledger.slot_at(_commitment(_config(params, 0)))
+        # Skipped slots have no block: the block height is below the slot.
+        return self.ledger.height_at(_commitment(_config(params, 0)))

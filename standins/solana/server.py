@@ -169,6 +169,9 @@ _CONTROL = {
     },
     "drop-next": lambda ledger, d: ledger.drop_next(int(d.get("count", 1))) or {"ok": True},
     "hold-next": lambda ledger, d: ledger.hold_next(int(d["until_slot"])) or {"ok": True},
+    "lag-status": lambda ledger, d: (
+        ledger.lag_status(str(d["signature"]), float(d["seconds"])) or {"ok": True}
+    ),
     "slow": lambda ledger, d: (
         ledger.set_slow(float(d["seconds"]), d.get("method") or "*", d.get("times")) or {"ok": True}
     ),

@@ -11,9 +11,12 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from movements.models import MovementRequest
+from movements.models import MovementRequest, OverrideAction
+from movements.permissions import SUPERVISORS
+from movements.services.overrides import override_propose
 from movements.states import NodeState, RequestState
-from tests.admin.conftest import TO_COMPLETED, drive
+from qtg.core.actors import Actor
+from tests.admin.conftest import TO_COMPLETED, drive, staff_user
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -187,3 +190,60 @@ def test_the_plan_graph_renders_in_the_browser_with_every_outside_request_blocke
     height = bottom["y"] + bottom["height"] + 16
     page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 1400, "height": height})
     print(f"screenshot: {path}")
+
+
+@pytest.mark.parametrize("username", ["olga", "sam"])
+def test_each_role_opens_every_link_and_add_button_the_console_home_shows_it(
+    browser_page, live_server, op, supervisor, make_movement, username
+):
+    # given a movement waiting for approval
+    make_movement(amount="2500.00")
+    page = browser_page
+
+    # when the role logs in and opens every link of the home page's app list and its
+    # "View site", then every "+ Add" it is shown
+    log_in(page, live_server, username)
+    page.goto(f"{live_server.url}/admin/")
+    expect(page.locator("#site-name")).to_contain_text("QTG operations")
+    screenshot(page, f"home-{username}")
+    links = page.eval_on_selector_all(
+        "#content-main a, #user-tools a", "els => els.map(e => e.getAttribute('href'))"
+    )
+    pages = sorted({href for href in links if href and href.startswith("/")})
+    assert "/admin/movements/movementrequest/" in pages
+
+    # then each answers 200: nothing shown is closed to the role
+    statuses = {href: page.goto(f"{live_server.url}{href}").status for href in pages}
+    assert {href: s for href, s in statuses.items() if s != 200} == {}
+
+
+def test_a_second_supervisor_confirms_an_override_on_its_own_page_with_a_reason(
+    browser_page, live_server, supervisor, intervention_failed, settings
+):
+    # given the two-person rule on and another supervisor's proposal to force-fail
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    movement = intervention_failed(amount="640.00")
+    override_propose(
+        request=movement,
+        action=OverrideAction.FORCE_FAIL,
+        actor=Actor.for_user(staff_user("sue", SUPERVISORS)),
+        reason="the exchange returned the withdrawal",
+    )
+    page = browser_page
+
+    # when sam opens the proposals, then the proposal's own page, and confirms with a reason
+    log_in(page, live_server, "sam")
+    page.goto(f"{live_server.url}/admin/movements/overrideproposal/")
+    screenshot(page, "override-proposals")
+    page.click("a[data-confirm]")
+    expect(page.locator("#qtg-proposal-reason")).to_contain_text("returned the withdrawal")
+    expect(page.locator("#qtg-what-happens")).to_contain_text("stays HELD")
+    screenshot(page, "override-confirm")
+    page.fill("#id_reason", "saw the return on the exchange statement")
+    page.click("#qtg-confirm")
+
+    # then the movement page shows it FAILED, by sam's confirmation
+    expect(page.locator("ul.messagelist")).to_contain_text("is now FAILED")
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.FAILED
+    assert "saw the return on the exchange statement" in movement.failure_reason

@@ -57,6 +57,7 @@ def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(d
         "movements.decide_addressbookentry",
         "callbacks.redeliver_delivery",
         "reservations.settle_reservation",
+        "movements.withdraw_movement",  # take back someone else's movement awaiting approval
     }
 
 

@@ -36,8 +36,23 @@ def test_the_header_shows_state_amount_approval_and_expiry(client, op, superviso
     assert "APPROVED" in header
     assert "by sam" in header  # approval info
     assert "by creator" in header
-    assert "Approval window" in header and "closes" in header
+    assert "1 of 1 approvals" in header
+    assert "Approval window" not in header  # it matters only while the movement waits
     assert "withdraw" in header  # the frontier
+
+
+def test_a_movement_awaiting_approval_shows_its_window_and_n_of_m_approvals(
+    client, op, make_movement
+):
+    # given a movement waiting for its approval
+    movement = make_movement(amount="1500.25")
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
+    assert "0 of 1 approvals" in header
+    assert "Approval window" in header and "closes" in header
 
 
 def test_the_plan_graph_is_inline_svg_coloured_by_node_state_with_the_frontier_marked(
@@ -85,7 +100,17 @@ def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(cli
         node.external_ref, node.lease_owner = "WD-1001", "worker-7"
         node.last_error = "venue slow to answer"
         node.lease_expires_at = timezone.now()
-        node.save(update_fields=["external_ref", "lease_owner", "lease_expires_at", "last_error"])
+        node.dispatch_count, node.venue_errors = 5, 2
+        node.save(
+            update_fields=[
+                "external_ref",
+                "lease_owner",
+                "lease_expires_at",
+                "last_error",
+                "dispatch_count",
+                "venue_errors",
+            ]
+        )
     client.force_login(op)
 
     html = page(client, movement)
@@ -93,6 +118,8 @@ def test_nodes_are_read_only_with_state_attempt_external_ref_error_and_lease(cli
     nodes = html[html.index('id="nodes-group"') : html.index('id="events-group"')]
     for text in ("SUBMITTING", "WD-1001", "worker-7 until", "venue slow to answer"):
         assert text in nodes
+    # Claims (lost ones included) beside the venue errors that count against the budget.
+    assert "dispatches / venue errors" in nodes.lower() and "5 / 2" in nodes
     assert not re.findall(r'<input(?![^>]*type="hidden")', nodes)
     assert "<textarea" not in nodes
 

@@ -82,5 +82,6 @@ def test_a_duplicate_while_the_first_is_still_in_progress_is_a_409_then_a_replay
     assert during.status_code == 409
     assert during["Content-Type"] == "application/problem+json"
     assert during.json()["code"] == "idempotency_in_progress"
+    assert int(during["Retry-After"]) >= 1  # contract 1.2: retry it, after this long
     assert (created.status_code, replayed.status_code) == (201, 200)
     assert MovementRequest.objects.count() == 1

@@ -1,7 +1,6 @@
 """GET endpoints: route templates, the movement list (pagination, filters, visibility), one
 movement, and its events."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -17,6 +16,9 @@ from tests.api.conftest import (
     post_create,
 )
 from tests.conftest import make_user
+
+# A movement id nothing has; fixed, so every pytest-xdist worker collects the same tests.
+NO_SUCH_MOVEMENT = "5d4c3b2a-1f0e-4d9c-8b7a-000000000404"
 
 
 def test_route_templates_list_their_nodes_and_edges(integration_client):
@@ -39,8 +41,8 @@ def test_route_templates_list_their_nodes_and_edges(integration_client):
     [
         "/api/v1/route-templates/",
         MOVEMENTS,
-        f"{MOVEMENTS}{uuid.uuid4()}/",
-        f"{MOVEMENTS}{uuid.uuid4()}/events/",
+        f"{MOVEMENTS}{NO_SUCH_MOVEMENT}/",
+        f"{MOVEMENTS}{NO_SUCH_MOVEMENT}/events/",
     ],
 )
 def test_every_read_needs_a_token(client, url):
@@ -100,7 +102,7 @@ def test_reading_a_movement_returns_its_nodes_in_plan_order(created, integration
     assert body["reservation"] is None or set(body["reservation"]) == {"state", "amount"}
 
 
-@pytest.mark.parametrize("movement_id", ["not-a-uuid", str(uuid.uuid4()), "1", "%00"])
+@pytest.mark.parametrize("movement_id", ["not-a-uuid", NO_SUCH_MOVEMENT, "1", "%00"])
 def test_an_unknown_movement_is_a_404(integration_client, movement_id):
     response = integration_client.get(f"{MOVEMENTS}{movement_id}/")
 

@@ -14,12 +14,15 @@ from tests.conftest import make_user
 # Operation ids are part of the contract (generated clients name their methods after them).
 OPERATIONS = {
     ("/api/v1/route-templates/", "get"): "route_templates_list",
+    ("/api/v1/templates/", "get"): "templates_list",
+    ("/api/v1/venues/", "get"): "venues_list",
     ("/api/v1/movements/", "get"): "movements_list",
     ("/api/v1/movements/", "post"): "movements_create",
     ("/api/v1/movements/{id}/", "get"): "movements_retrieve",
     ("/api/v1/movements/{id}/approve/", "post"): "movements_approve",
     ("/api/v1/movements/{id}/reject/", "post"): "movements_reject",
     ("/api/v1/movements/{id}/cancel/", "post"): "movements_cancel",
+    ("/api/v1/movements/{id}/withdraw/", "post"): "movements_withdraw",
     ("/api/v1/movements/{id}/resume/", "post"): "movements_resume",
     ("/api/v1/movements/{id}/events/", "get"): "movements_events",
     ("/api/v1/events/", "get"): "events_list",

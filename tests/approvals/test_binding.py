@@ -35,7 +35,7 @@ def test_a_changed_plan_voids_the_approval_and_the_movement_cannot_start(make_mo
     assert claims == []
     withdraw = node(movement, "withdraw")
     assert withdraw.node_state == NodeState.FAILED
-    assert withdraw.last_error.startswith("approval void")
+    assert withdraw.last_error.startswith("approval missing or altered")
     approval = movement.approvals.get()
     assert approval.void_at is not None
     movement.refresh_from_db()

@@ -114,13 +114,86 @@ def test_force_fail_in_the_console_proposes_and_another_supervisor_confirms(
     page = client.get(change_url(movement)).content.decode().lower()
     assert "two-person overrides" in page and "force-fail" in page
 
-    refused = bulk(client, "overrideproposal", "confirm_selected", [proposal])
-    assert any("another supervisor" in m for m in refused)
+    refused = client.post(confirm_url(proposal), {"reason": "me too"}, follow=True)
+    assert any("another supervisor" in m for m in messages_of(refused))
+    movement.refresh_from_db()
+    assert movement.request_state == RS.MANUAL_INTERVENTION
 
     client.force_login(sup2)
-    bulk(client, "overrideproposal", "confirm_selected", [proposal])
+    client.post(confirm_url(proposal), {"reason": "checked the venue myself"})
     movement.refresh_from_db()
     assert movement.request_state == RS.FAILED
+    assert "confirmed: checked the venue myself" in movement.failure_reason
+
+
+def confirm_url(proposal) -> str:
+    return reverse("admin:movements_overrideproposal_confirm", args=[proposal.pk])
+
+
+@pytest.fixture
+def proposed_force_complete(settings, make_movement, sup1):
+    """A movement in MANUAL_INTERVENTION after its withdrawal, and sup1's proposal to
+    force-complete it (two-person rule on)."""
+    from movements.models import OverrideAction
+    from movements.services.overrides import override_propose
+
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    movement = make_movement("cex_to_cex", approve=True, amount="640.00")
+    run_node(movement, "withdraw", NS.COMPLETED)
+    run_node(movement, "withdraw_observe", NS.COMPLETED)
+    movement = run_node(movement, "deposit_observe", NS.FAILED)
+    return override_propose(
+        request=movement,
+        action=OverrideAction.FORCE_COMPLETE,
+        actor=Actor.for_user(sup1),
+        reason="deposit seen on the exchange statement",
+    )
+
+
+def test_confirming_an_override_has_its_own_page_with_the_proposal_and_its_evidence(
+    client, proposed_force_complete, sup2
+):
+    proposal = proposed_force_complete
+    client = logged_in(client, sup2)
+
+    listing = client.get(reverse("admin:movements_overrideproposal_changelist")).content.decode()
+    page = client.get(confirm_url(proposal)).content.decode()
+
+    assert 'name="action"' not in listing  # no one-click bulk confirm
+    assert confirm_url(proposal) in listing
+    assert "deposit seen on the exchange statement" in page
+    assert "640 USDC" in page and "by sup1" in page
+    assert "COMPLETED" in page and "CONSUMED" in page
+    assert 'name="reason"' in page
+    proposal.request.refresh_from_db()
+    assert proposal.request.request_state == RS.MANUAL_INTERVENTION  # a GET changes nothing
+
+
+def test_confirming_an_override_without_a_reason_changes_nothing(
+    client, proposed_force_complete, sup2
+):
+    proposal = proposed_force_complete
+    client = logged_in(client, sup2)
+
+    response = client.post(confirm_url(proposal), {"reason": "  "})
+
+    assert response.status_code == 200 and b"This field is required" in response.content
+    proposal.refresh_from_db()
+    assert proposal.status == "PROPOSED"
+    assert proposal.request.request_state == RS.MANUAL_INTERVENTION
+
+
+def test_the_proposer_is_shown_no_confirm_link_and_is_refused_the_page(
+    client, proposed_force_complete, sup1
+):
+    proposal = proposed_force_complete
+    client = logged_in(client, sup1)
+
+    listing = client.get(reverse("admin:movements_overrideproposal_changelist")).content.decode()
+    response = client.get(confirm_url(proposal), follow=True)
+
+    assert confirm_url(proposal) not in listing
+    assert any("another supervisor" in m for m in messages_of(response))
 
 
 def test_the_movement_page_shows_the_approval_progress(client, make_movement, sup1, sup2):

@@ -72,7 +72,7 @@ def test_force_complete_proposed_by_one_and_confirmed_by_another(intervention, c
     intervention.refresh_from_db()
     assert intervention.request_state == RS.MANUAL_INTERVENTION
 
-    override_confirm(proposal=proposal, actor=act(dave))
+    override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.COMPLETED
@@ -93,7 +93,7 @@ def test_the_proposer_cannot_confirm_their_own_proposal(intervention, carol):
     )
 
     with pytest.raises(NotPermitted, match="another supervisor"):
-        override_confirm(proposal=proposal, actor=act(carol))
+        override_confirm(proposal=proposal, actor=act(carol), reason="checked with the venue")
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.MANUAL_INTERVENTION
@@ -109,7 +109,7 @@ def test_an_expired_proposal_cannot_be_confirmed(intervention, carol, dave):
     )
 
     with pytest.raises(ActionRefused, match="expired"):
-        override_confirm(proposal=proposal, actor=act(dave))
+        override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.MANUAL_INTERVENTION
@@ -119,10 +119,10 @@ def test_a_proposal_is_confirmed_once(intervention, carol, dave, alice):
     proposal = override_propose(
         request=intervention, action=OverrideAction.FORCE_FAIL, actor=act(carol), reason="r"
     )
-    override_confirm(proposal=proposal, actor=act(dave))
+    override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     with pytest.raises(ActionRefused, match="CONFIRMED"):
-        override_confirm(proposal=proposal, actor=act(alice))
+        override_confirm(proposal=proposal, actor=act(alice), reason="checked with the venue")
 
 
 def test_an_override_the_movement_no_longer_allows_is_refused_at_confirmation(
@@ -134,10 +134,10 @@ def test_an_override_the_movement_no_longer_allows_is_refused_at_confirmation(
     second = override_propose(
         request=intervention, action=OverrideAction.FORCE_FAIL, actor=act(carol), reason="r"
     )
-    override_confirm(proposal=second, actor=act(dave))
+    override_confirm(proposal=second, actor=act(dave), reason="checked with the venue")
 
     with pytest.raises(ActionRefused, match="FAILED"):
-        override_confirm(proposal=proposal, actor=act(dave))
+        override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.FAILED
@@ -177,7 +177,7 @@ def test_cancelling_with_funds_in_transit_needs_a_second_supervisor(in_transit, 
         actor=act(carol),
         reason="the venue holds the funds; settle by hand",
     )
-    override_confirm(proposal=proposal, actor=act(dave))
+    override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     in_transit.refresh_from_db()
     assert in_transit.request_state == RS.CANCELLED
@@ -213,7 +213,7 @@ def test_resolving_unknown_as_never_happened_needs_a_second_supervisor(make_move
         actor=act(carol),
         reason="never happened",
     )
-    override_confirm(proposal=proposal, actor=act(dave))
+    override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
 
     assert node(request, "withdraw").node_state == NS.FAILED
     request.refresh_from_db()

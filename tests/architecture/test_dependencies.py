@@ -9,10 +9,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("movements", "reservations", "callbacks", "sandbox", "venues", "ops")
-# What reservations and callbacks may import from movements: its interface and the executor
-# interface (for venue implementations). The sandbox, an app of demo venues that also seeds
+# What reservations, callbacks and venues may import from movements: what it offers
+# (``public``), the ports they fill (``ports``) and the executor interface (for venue
+# implementations). The sandbox, an app of demo venues that also seeds
 # the demo's movements, is above movements and may use its services.
-MOVEMENTS_INTERFACE = ("movements.interface", "movements.executors")
+MOVEMENTS_INTERFACE = ("movements.public", "movements.ports", "movements.executors")
+# The former name of movements.public, for the two modules that still use it (other work is
+# changing them); the list only shrinks.
+FORMER_INTERFACE_USERS = {"venues/evm/tx/gaps.py", "venues/evm/watch.py"}
 
 
 def imports_of(package: str) -> list[tuple[str, int, str]]:
@@ -60,6 +64,7 @@ def test_reservations_and_callbacks_use_only_the_movements_interface(app):
         if top(i[2]) == "movements"
         and i[2] != "movements"
         and not i[2].startswith(MOVEMENTS_INTERFACE)
+        and not (i[0] in FORMER_INTERFACE_USERS and i[2].startswith("movements.interface"))
     ]
     assert offending == []
 
@@ -85,7 +90,7 @@ def test_services_never_import_their_tasks(app):
     offending = [
         i
         for i in imports_of(app)
-        if ("services" in i[0] or i[0].endswith("interface.py")) and ".tasks" in i[2]
+        if ("services" in i[0] or i[0].endswith(("public.py", "ports.py"))) and ".tasks" in i[2]
     ]
     assert offending == []
 

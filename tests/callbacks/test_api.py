@@ -168,8 +168,13 @@ def test_the_feed_lists_the_clients_events_in_order_and_the_cursor_resumes(
 
     events = first["results"] + rest["results"]
     assert first["has_more"] is True
-    assert [e["type"] for e in events] == ["request_approved", "frontier_advanced"]
-    assert [e["data"]["sequence"] for e in events] == [1, 2]
+    assert [e["type"] for e in events] == [
+        "request_created",
+        "approval_pending",
+        "request_approved",
+        "frontier_advanced",
+    ]
+    assert [e["data"]["sequence"] for e in events] == [1, 2, 3, 4]
     assert {e["data"]["id"] for e in events} == {str(mine.pk)}
     assert (empty["results"], empty["has_more"]) == ([], False)
 
@@ -194,5 +199,6 @@ def test_the_docs_example_verifies_a_real_webhook_and_refuses_a_tampered_one(
     [got] = receiver.received
 
     assert example.receive_webhook(got.body, got.headers) == 204
-    assert example.seen == {got.json["data"]["id"]: 1}
+    # request_created and approval_pending came first (no subscription asked for them).
+    assert example.seen == {got.json["data"]["id"]: 3}
     assert example.receive_webhook(got.body.replace(b"APPROVED", b"FAILED"), got.headers) == 400

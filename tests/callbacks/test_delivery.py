@@ -21,6 +21,7 @@ from movements.models import MovementRequest
 from movements.services import movement_approve, set_request_state
 from movements.states import RequestState
 from qtg.core.actors import Actor
+from qtg.core.contract import CONTRACT_VERSION
 from qtg.core.errors import ActionRefused, NotPermitted
 from tests.conftest import make_user
 
@@ -80,7 +81,7 @@ def test_the_receiver_can_verify_the_signature_and_headers(receiver, subscribe, 
     # ... and what the stock library does.
     payload = Webhook(subscription.secret).verify(got.body, got.headers)
     assert payload["type"] == "request_approved"
-    assert payload["version"] == "1.1"
+    assert payload["version"] == CONTRACT_VERSION
     assert payload["id"] == str(delivery.event_id)
     assert payload["data"]["id"] == str(request.pk)
     assert payload["data"]["request_state"] == "APPROVED"
@@ -315,3 +316,33 @@ def test_the_body_is_frozen_when_the_event_happens(receiver, subscribe, approve,
     first, second = receiver.received
     assert first.body == second.body
     assert json.loads(second.body)["data"]["request_state"] == "APPROVED"
+
+
+def test_each_attempt_and_the_delivery_latency_are_counted_for_metrics(
+    receiver, subscribe, approve, sweep, settings
+):
+    from prometheus_client import REGISTRY
+
+    def count(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    settings.QTG_CALLBACKS_BACKOFF_SECONDS = 0
+    before = {
+        "retrying": count("qtg_webhook_delivery_attempts_total", outcome="retrying"),
+        "delivered": count("qtg_webhook_delivery_attempts_total", outcome="delivered"),
+        "latency": count("qtg_webhook_delivery_latency_seconds_count"),
+    }
+    receiver.answer(500)
+    subscribe(receiver.url, "request_approved")
+
+    approve()
+    sweep()
+
+    assert Delivery.objects.get().status == DeliveryStatus.DELIVERED
+    assert count("qtg_webhook_delivery_attempts_total", outcome="retrying") == (
+        before["retrying"] + 1
+    )
+    assert count("qtg_webhook_delivery_attempts_total", outcome="delivered") == (
+        before["delivered"] + 1
+    )
+    assert count("qtg_webhook_delivery_latency_seconds_count") == before["latency"] + 1

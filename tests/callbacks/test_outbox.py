@@ -10,11 +10,12 @@ from django.db import transaction
 from callbacks import tasks
 from callbacks.models import Delivery, DeliveryStatus, Event
 from callbacks.services import callback_enqueue
-from movements.interface import movement_payload
 from movements.models import MovementRequest
+from movements.public import movement_payload
 from movements.services import movement_approve
 from movements.states import RequestState
 from qtg.core.actors import Actor
+from qtg.core.contract import CONTRACT_VERSION
 
 APPROVER = Actor.system("tests-approver")
 
@@ -30,10 +31,11 @@ def test_a_state_change_that_rolls_back_leaves_no_delivery(make_movement, subscr
 
     with pytest.raises(Boom), transaction.atomic():
         movement_approve(request=request, actor=APPROVER)
-        assert Delivery.objects.filter(request=request).exists()  # written inside...
+        approved = Delivery.objects.filter(request=request, event_type="request_approved")
+        assert approved.exists()  # written inside...
         raise Boom
 
-    assert not Delivery.objects.filter(request=request).exists()  # ...and gone with it
+    assert not approved.exists()  # ...and gone with it
     request.refresh_from_db()
     assert request.request_state == RequestState.PENDING_APPROVAL
     assert receiver.received == []
@@ -112,11 +114,12 @@ def test_one_event_to_several_receivers_shares_an_event_id_with_distinct_deliver
 def test_an_unknown_event_type_is_refused_and_writes_nothing(make_movement, subscribe):
     subscribe("http://127.0.0.1:9/a")
     request = make_movement()
+    before = Delivery.objects.count()
 
     with pytest.raises(ValueError, match="unknown callback event type"):
         callback_enqueue(request=request, event_type="request_exploded")
 
-    assert not Delivery.objects.exists()
+    assert Delivery.objects.count() == before
 
 
 @pytest.mark.django_db
@@ -133,7 +136,7 @@ def test_the_body_is_the_movement_as_the_api_shows_it_with_its_sequence(
     assert set(body) == {"id", "type", "timestamp", "version", "data", "context"}
     assert body["id"] == str(delivery.event_id)
     assert body["type"] == "frontier_advanced"
-    assert body["version"] == "1.1"
+    assert body["version"] == CONTRACT_VERSION
     assert body["timestamp"] == delivery.occurred_at.isoformat().replace("+00:00", "Z")
     data = dict(body["data"])
     sequence = data.pop("sequence")
@@ -145,9 +148,15 @@ def test_the_body_is_the_movement_as_the_api_shows_it_with_its_sequence(
     assert body["context"]["woken"] == ["withdraw"]
     event = Event.objects.get(event_id=delivery.event_id)
     assert sequence == event.sequence
-    # The request_approved event came first: sequences count the movement's events.
+    # Creation's events, then request_approved came first: sequences count the movement's
+    # events.
     assert list(
         Event.objects.filter(request=request)
         .order_by("sequence")
         .values_list("event_type", "sequence")
-    ) == [("request_approved", 1), ("frontier_advanced", 2)]
+    ) == [
+        ("request_created", 1),
+        ("approval_pending", 2),
+        ("request_approved", 3),
+        ("frontier_advanced", 4),
+    ]

@@ -14,6 +14,7 @@ import pytest
 from movements.models import MovementEvent, MovementRequest
 from movements.services import execution
 from movements.states import TERMINAL_REQUEST_STATES
+from qtg.queues import all_queues
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +26,9 @@ def fast_sandbox(settings):
     settings.QTG_OBSERVE_POLL_SECONDS = 0
     settings.QTG_RETRY_BASE_SECONDS = 0
     settings.QTG_RETRY_MAX_SECONDS = 0
+    # A withdrawal request the simulated exchange did not get is known lost once the call
+    # returned (its validity, which a paused worker's tests set themselves, is not waited for).
+    settings.QTG_SANDBOX_REQUEST_VALIDITY_SECONDS = 0
 
 
 def run_workers_once(owner: str = "test-worker") -> int:
@@ -109,6 +113,9 @@ CLUSTER_ENV = {
     "QTG_EXPIRE_APPROVALS_SECONDS": "0.5",
     "QTG_SANDBOX_ENABLED": "1",
     "QTG_SANDBOX_TIME_SCALE": "0.01",
+    # A withdrawal request is carried out up to 10 s after its fenced deadline (the sandbox's
+    # submit timeout is 10 s): recovery waits that long before "not found" proves anything.
+    "QTG_SANDBOX_REQUEST_VALIDITY_SECONDS": "10",
     "QTG_LOG_LEVEL": "WARNING",
 }
 
@@ -155,15 +162,17 @@ class Cluster:
             stderr=subprocess.STDOUT,
         )
 
-    def start_worker(self) -> subprocess.Popen:
+    def start_worker(self, queues: list[str] | None = None) -> subprocess.Popen:
+        """A worker consuming ``queues`` (default: every queue of the deployment)."""
         n = len(self.workers) + 1
         worker = self._spawn(
             f"worker{n}",
             "worker",
             "--pool",
             "solo",
+            # Every queue of the deployment (qtg/queues.py): each worker here serves them all.
             "-Q",
-            self.queue,
+            ",".join(queues or all_queues(self.queue)),
             "-n",
             f"w{n}-{self.queue}@%h",
             "--without-gossip",
@@ -173,12 +182,16 @@ class Cluster:
             "INFO",
         )
         self.workers.append(worker)
-        self._wait_ready(self.tmp / f"worker{n}.log")
+        self._wait_ready(self.tmp / f"worker{n}.log", worker)
         return worker
 
-    def _wait_ready(self, log: Path, timeout: float = 60) -> None:
+    def _wait_ready(self, log: Path, worker: subprocess.Popen, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if worker.poll() is not None and worker.returncode == -signal.SIGKILL:
+                # Killed by a crash point (QTG_EVM_CRASH_AT, ...) inside its first task, which
+                # can come before its "ready." line: that is the test's to judge.
+                return
             if "ready." in log.read_text():
                 return
             time.sleep(0.2)

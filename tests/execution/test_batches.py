@@ -62,7 +62,8 @@ def test_a_claim_batch_takes_no_more_than_its_limit(make_movement):
     assert execution.claim_ready_nodes(owner="w3", limit=2) == []
 
 
-def test_parallel_branches_completed_in_one_batch_wake_their_join_once(make_movement):
+def test_parallel_branches_completed_in_one_batch_wake_their_join_once(make_movement, settings):
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 0  # a batch that writes its results together
     request = make_movement("split_join", approve=True)
     execution.dispatch_one(owner="w1")  # the withdraw: submitted, done at once
     assert node(request, "withdraw").node_state == NodeState.COMPLETED
@@ -86,7 +87,8 @@ def test_parallel_branches_completed_in_one_batch_wake_their_join_once(make_move
     assert_history_replays(request)
 
 
-def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_movement):
+def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_movement, settings):
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 0  # a batch that holds its results
     requests = [make_movement(approve=True) for _ in range(3)]
     claims = execution.claim_ready_nodes(owner="w1", limit=10)
     seen = {}
@@ -141,8 +143,9 @@ def test_one_bad_result_in_a_batch_costs_only_itself(make_movement):
 
 
 def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmitted(
-    make_movement,
+    make_movement, settings
 ):
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 0  # a batch that holds its results
     first, second = make_movement(approve=True), make_movement(approve=True)
     claims = execution.claim_ready_nodes(owner="dead-worker", limit=10)
     by_request = {claim.request_id: claim for claim in claims}
@@ -158,17 +161,28 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     assert node(first, "withdraw").node_state == NodeState.SUBMITTING
     assert node(second, "withdraw").node_state == NodeState.SUBMITTING
     assert len(ledger("withdraw")) == 1
+    # The leases expire, and so does the validity of any request the dead worker had sent.
+    validity = timedelta(seconds=settings.QTG_SANDBOX_REQUEST_VALIDITY_SECONDS)
     MovementRequestNode.objects.filter(pk__in=[c.node_id for c in claims]).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+        fenced_until=timezone.now() - validity - timedelta(seconds=1),
     )
 
     first, second = settle(first), settle(second)
 
     assert first.request_state == RequestState.COMPLETED
     assert node_path(first, "withdraw")[-3:] == ["SUBMITTING", "UNKNOWN", "COMPLETED"]
-    assert second.request_state == RequestState.FAILED
-    assert node_path(second, "withdraw")[-3:] == ["SUBMITTING", "UNKNOWN", "FAILED"]
-    assert len(ledger("withdraw")) == 1  # never submitted again
+    # The second never reached the exchange (proven once its request's validity passed): a
+    # new attempt, with a new key, took its place; the lost one was never submitted again.
+    assert second.request_state == RequestState.COMPLETED
+    lost = MovementRequestNode.objects.get(request=second, node_key="withdraw", attempt=1)
+    assert lost.node_state == NodeState.FAILED and not lost.is_current
+    lost_path = lost.events.filter(kind=MovementEvent.Kind.TRANSITION).order_by("pk")
+    assert [e.new_state for e in lost_path][-3:] == ["SUBMITTING", "UNKNOWN", "FAILED"]
+    assert node(second, "withdraw").attempt == 2
+    keys = [entry.detail["client_key"] for entry in ledger("withdraw")]
+    assert lost.idempotency_key not in keys
+    assert len(keys) == 2 == len(set(keys))
     assert_history_replays(first)
     assert_history_replays(second)
 
@@ -260,7 +274,29 @@ def test_a_slow_venue_does_not_hold_back_the_results_already_known(make_movement
     assert node(second, "withdraw_observe").node_state == NodeState.COMPLETED
 
 
-def test_fast_answers_are_written_together(make_movement):
+def test_a_small_batch_writes_each_answer_as_it_comes(make_movement, settings):
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 4
+    first, second = make_movement(approve=True), make_movement(approve=True)
+    execution.dispatch_ready_nodes(owner="w1", limit=2)
+    claims = execution.claim_ready_nodes(owner="w1", limit=10)
+    by_request = {claim.request_id: claim for claim in claims}
+    seen = {}
+
+    def look_then_complete(ctx):
+        seen["first"] = node(first, "withdraw_observe").node_state
+        return completed(ctx)
+
+    by_request[first.pk].executor.observe = completed
+    by_request[second.pk].executor.observe = look_then_complete
+
+    execution.run_observes([by_request[first.pk], by_request[second.pk]])
+
+    assert seen["first"] == NodeState.COMPLETED  # written before the next venue call
+
+
+def test_fast_answers_of_a_large_batch_are_written_together(make_movement, settings):
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 2
+    settings.QTG_CLAIM_BATCH_MIN = 10  # the three withdraws in one claim
     requests = [make_movement(approve=True) for _ in range(3)]
     execution.dispatch_ready_nodes(owner="w1", limit=3)
     claims = execution.claim_ready_nodes(owner="w1", limit=10)
@@ -274,3 +310,74 @@ def test_fast_answers_are_written_together(make_movement):
         assert node(request, "withdraw_observe").node_state == NodeState.COMPLETED
     if connection.vendor == "postgresql":
         assert len(locking_statements(queries.captured_queries)) == 2  # one transaction
+
+
+@pytest.mark.parametrize(("claim_min", "written_by_third_call"), [(10, 2), (3, 0)])
+def test_a_sweep_writes_each_answer_as_it_comes_unless_its_claim_came_back_full(
+    make_movement, settings, monkeypatch, claim_min, written_by_third_call
+):
+    # Three observe nodes due. A claim of up to 10 comes back short (the queue is short:
+    # latency first, each answer written at once); a claim of 3 comes back full (more may be
+    # waiting: the answers are held for one write).
+    from movements.executors import get_executor
+
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 2
+    settings.QTG_RESULT_WRITE_SECONDS = 60
+    settings.QTG_CLAIM_BATCH_MIN = claim_min
+    requests = [make_movement(approve=True) for _ in range(3)]
+    execution.dispatch_ready_nodes(owner="w1", limit=3)
+    seen = []
+    executor = get_executor(node(requests[0], "withdraw_observe").executor)
+
+    def observe(self, ctx):
+        states = [node(r, "withdraw_observe").node_state for r in requests]
+        seen.append(states.count(NodeState.COMPLETED))
+        return completed(ctx)
+
+    monkeypatch.setattr(type(executor), "observe", observe)
+
+    assert execution.dispatch_ready_nodes(owner="w1", limit=3) == 3
+
+    assert seen[2] == written_by_third_call
+    assert all(node(r, "withdraw_observe").node_state == NodeState.COMPLETED for r in requests)
+
+
+def test_a_claimed_action_node_goes_before_the_observe_nodes_of_its_claim(
+    make_movement, settings, monkeypatch
+):
+    # An observe node only polls; an action node was claimed PREPARING and waits to move money.
+    from movements.executors import get_executor
+
+    settings.QTG_CLAIM_BATCH_MIN = 10
+    watched = make_movement(approve=True)
+    execution.dispatch_ready_nodes(owner="w1", limit=1)  # its withdraw: observe node READY
+    moving = make_movement(approve=True)
+    seen = []
+    executor = get_executor(node(watched, "withdraw_observe").executor)
+    original = type(executor).observe
+
+    def observe(self, ctx):
+        seen.append(node(moving, "withdraw").node_state)
+        return original(self, ctx)
+
+    monkeypatch.setattr(type(executor), "observe", observe)
+
+    execution.dispatch_ready_nodes(owner="w1", limit=10)  # one claim: the observe, the withdraw
+
+    assert seen and seen[0] not in (NodeState.READY, NodeState.PREPARING), seen
+
+
+def test_the_reaper_is_recorded_with_the_worker_process_that_ran_it(make_movement):
+    import os
+    import socket
+
+    request = make_movement(approve=True)
+    [claim] = execution.claim_ready_nodes(owner="dead-worker", limit=1)
+    MovementRequestNode.objects.filter(pk=claim.node_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    assert execution.reap_expired_leases() == 1
+
+    reaped = MovementEvent.objects.filter(request=request).order_by("id").last()
+    assert reaped.actor_id == f"lease-reaper@worker:{socket.gethostname()}:{os.getpid()}"

@@ -10,7 +10,7 @@ from movements.models import MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
 from movements.services import execution
 from movements.services.execution import sweeps
-from movements.services.lifecycle import _lock_request
+from movements.services.guards import lock_request
 from movements.states import RequestState
 from tests.execution.conftest import assert_history_replays, ledger
 
@@ -95,7 +95,7 @@ def test_a_node_enters_submitting_while_an_operator_holds_its_movement_and_sees_
     def operator() -> None:
         try:
             with transaction.atomic():
-                _lock_request(request)  # the lock every operator action takes first
+                lock_request(request)  # the lock every operator action takes first
                 locked.set()
                 release.wait(timeout=20)
                 nodes = current_nodes(request, lock=True)  # and then its nodes

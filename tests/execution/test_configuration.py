@@ -4,9 +4,9 @@ seed."""
 import pytest
 from django.core.management import call_command
 
-from movements.executors.finality import FinalityConfigError, finality_policy, parse_finality
 from qtg.celery import app
 from sandbox.faults import Fault, UnknownFault, parse_fault
+from sandbox.finality import FinalityConfigError, finality_policy, parse_finality
 
 
 def test_the_shipped_finality_file_gives_every_template_network_a_policy():

@@ -19,6 +19,7 @@ from movements.executors.base import (
     Recovery,
     Submitted,
     TransientError,
+    VenueWait,
 )
 from movements.services.execution.outcomes import (
     REAPED,
@@ -30,6 +31,7 @@ from movements.services.execution.outcomes import (
     contradicts_failure,
     decide,
     evidence,
+    is_wait,
     lease_expired,
 )
 from movements.states import TERMINAL_NODE_STATES, NodeState, can_transition_node_state
@@ -117,31 +119,72 @@ def test_each_answer_maps_to_its_transition(phase, state, answer, error, target,
     assert outcome.then == then
 
 
-def test_a_transient_error_before_submit_retries_after_a_backoff():
-    facts = node(NS.PREPARING, dispatch_count=3)
+def test_a_transient_error_before_submit_retries_after_a_backoff_and_counts_as_a_venue_error():
+    facts = node(NS.PREPARING, dispatch_count=7, venue_errors=2)
 
     outcome = decide("prepare", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
 
     assert outcome.fields == {
         **RELEASED,
         "last_error": "TransientError: busy",
+        "venue_errors": 3,
         "next_attempt_at": NOW + timedelta(seconds=8),
     }
     assert outcome.detail == {
         "phase": "prepare",
         "error": "TransientError: busy",
+        "venue_errors": 3,
         "retry_at": (NOW + timedelta(seconds=8)).isoformat(),
     }
 
 
-def test_a_node_out_of_dispatches_fails_instead_of_retrying():
-    facts = node(NS.AWAITING_SIGNATURE, dispatch_count=10)
+def test_a_node_the_venue_failed_max_times_fails_instead_of_retrying():
+    facts = node(NS.AWAITING_SIGNATURE, dispatch_count=10, venue_errors=9)
 
     outcome = decide("sign", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
 
     assert outcome.target == NS.FAILED
-    assert outcome.detail["gave_up_after_dispatches"] == 10
+    assert outcome.detail["gave_up_after_venue_errors"] == 10
+    assert outcome.fields["last_error"] == (
+        "gave up after 10 venue errors at sign; the last: TransientError: busy"
+    )
     assert "next_attempt_at" not in outcome.fields
+
+
+def test_claims_lost_to_worker_deaths_never_spend_the_budget():
+    # Dispatched 50 times (49 claims lost to dead workers), the venue answered once: retried.
+    facts = node(NS.PREPARING, dispatch_count=50, venue_errors=0)
+
+    outcome = decide("prepare", facts, None, TransientError("busy"), now=NOW, timing=TIMING)
+
+    assert outcome.target == NS.READY
+    assert outcome.fields["venue_errors"] == 1
+
+
+@pytest.mark.parametrize(
+    "wait", [VenueWait("maintenance"), TransientError("429 too many", retry_after=30)]
+)
+def test_a_wait_the_venue_asked_for_never_spends_the_budget(wait):
+    facts = node(NS.PREPARING, dispatch_count=40, venue_errors=9)
+
+    outcome = decide("prepare", facts, None, wait, now=NOW, timing=TIMING)
+
+    assert outcome.target == NS.READY
+    assert "venue_errors" not in outcome.fields
+    assert outcome.fields["result"]["waiting_since"] == NOW.isoformat()
+    assert outcome.attention is None
+
+
+def test_a_venue_that_keeps_a_node_waiting_too_long_asks_a_person_instead_of_failing():
+    since = NOW - timedelta(seconds=TIMING.wait_attention_seconds + 1)
+    facts = node(NS.PREPARING, venue_errors=9, result={"waiting_since": since.isoformat()})
+
+    outcome = decide("prepare", facts, None, VenueWait("maintenance"), now=NOW, timing=TIMING)
+
+    assert outcome.target == NS.READY
+    assert outcome.attention["reason"] == "waiting_long"
+    assert "nothing was sent" in outcome.attention["message"]
+    assert outcome.fields["result"]["waiting_since"] == since.isoformat()
 
 
 def test_a_preparation_to_sign_keeps_the_lease_and_extends_it():
@@ -413,7 +456,13 @@ def test_an_expired_lease_sends_the_node_where_its_money_may_be(state, target, r
     assert outcome.target == target
     # Derived again either way: a node back to READY may settle a movement waiting on it.
     assert outcome.then == Then.DERIVE
-    assert outcome.fields == {**RELEASED, "next_attempt_at": NOW + timedelta(seconds=retry_in)}
+    assert outcome.fields["next_attempt_at"] == NOW + timedelta(seconds=retry_in)
+    assert outcome.fields["lease_owner"] == "" and outcome.fields["lease_expires_at"] is None
+    # The reason says so (not an earlier attempt's venue error), and nothing counts.
+    assert outcome.fields["last_error"].startswith(
+        f"the lease of worker w1 expired at {expired.isoformat()} during {state}"
+    )
+    assert "venue_errors" not in outcome.fields
     assert outcome.detail == {
         "reason": "lease expired",
         "lease_owner": "w1",
@@ -435,7 +484,14 @@ def test_late_evidence_keeps_what_the_venue_said():
 # --- properties -------------------------------------------------------------------------------
 
 details = st.dictionaries(st.text(max_size=4), st.integers() | st.text(max_size=4), max_size=3)
-ERRORS = [DeterministicError, TransientError, AmbiguousError, RuntimeError, TimeoutError]
+ERRORS = [
+    DeterministicError,
+    TransientError,
+    VenueWait,
+    AmbiguousError,
+    RuntimeError,
+    TimeoutError,
+]
 errors = st.builds(
     lambda cls, message: cls(message), st.sampled_from(ERRORS), st.text(max_size=3000)
 )
@@ -454,8 +510,11 @@ timings = st.builds(
     retry_base_seconds=st.floats(0, 60),
     retry_max_seconds=st.floats(0, 3600),
     max_dispatches=st.integers(1, 20),
+    visibility_seconds=st.floats(0, 600),
+    request_lifetime=st.none() | st.floats(0, 600),
 )
 nows = st.datetimes(datetime(2000, 1, 1), datetime(2100, 1, 1), timezones=st.just(UTC))
+moments = st.none() | nows
 
 
 @st.composite
@@ -466,8 +525,12 @@ def steps(draw):
     facts = NodeFacts(
         state=draw(st.sampled_from(STEP_STATES[phase])),
         dispatch_count=draw(st.integers(0, 5000)),
+        venue_errors=draw(st.integers(0, 30)),
         external_ref=draw(refs),
         result=draw(details),
+        has_side_effect=draw(st.booleans()),
+        submit_started_at=draw(moments),
+        fenced_until=draw(moments),
     )
     answer = draw(st.none() | ANSWERS[phase])
     error = draw(errors) if answer is None else None
@@ -506,7 +569,7 @@ def test_before_submit_nothing_is_ever_unknown_and_a_refusal_always_fails(step, 
     if isinstance(error, DeterministicError):
         assert outcome.target == NS.FAILED
     elif error is not None:
-        give_up = facts.dispatch_count >= timing.max_dispatches
+        give_up = not is_wait(error) and facts.venue_errors + 1 >= timing.max_dispatches
         assert outcome.target == (NS.FAILED if give_up else NS.READY)
 
 
@@ -562,8 +625,14 @@ def test_the_next_attempt_is_never_in_the_past_nor_beyond_the_longest_wait(step,
 
     retry_at = outcome.fields.get("next_attempt_at")
     if retry_at is not None:
-        longest = max(timing.retry_max_seconds, timing.poll_seconds)
-        assert now <= retry_at <= now + timedelta(seconds=longest)
+        latest = now + timedelta(seconds=max(timing.retry_max_seconds, timing.poll_seconds))
+        # Recovery may wait longer, but only until "not found" can first prove something.
+        started = facts.submit_started_at or now
+        latest = max(latest, started + timedelta(seconds=timing.visibility_seconds))
+        if timing.request_lifetime is not None:
+            fenced = facts.fenced_until or started
+            latest = max(latest, fenced + timedelta(seconds=timing.request_lifetime))
+        assert now <= retry_at <= latest
     assert len(outcome.fields.get("last_error", "")) <= 2000
 
 
@@ -600,3 +669,79 @@ def test_an_expired_lease_is_an_edge_and_never_sends_a_submit_back_to_ready(
 def test_backoff_grows_with_each_dispatch_and_stays_under_its_cap(count, timing):
     assert backoff(count, timing) <= backoff(count + 1, timing)
     assert backoff(count, timing) <= timedelta(seconds=timing.retry_max_seconds)
+
+
+@given(steps(), nows, timings)
+def test_absence_is_never_concluded_while_a_request_sent_may_still_take_effect(step, now, timing):
+    phase, facts, answer, error = step
+    if phase != "recover" or not isinstance(answer, Recovery) or not facts.has_side_effect:
+        return
+    if answer.outcome != RecoveredOutcome.NOT_FOUND:
+        return
+
+    outcome = decide(phase, facts, answer, error, now=now, timing=timing)
+
+    if outcome.target == NS.FAILED:
+        assert timing.request_lifetime is not None
+        fenced = facts.fenced_until or facts.submit_started_at or now
+        assert now >= fenced + timedelta(seconds=timing.request_lifetime)
+        assert int(facts.result.get("not_found_answers", 0)) + 1 >= 2
+        assert outcome.fields["last_error"].startswith("recovery")
+
+
+def _recovering(**facts) -> NodeFacts:
+    return node(NS.UNKNOWN, has_side_effect=True, **facts)
+
+
+def test_not_found_is_no_proof_before_the_fenced_request_could_have_expired():
+    fenced_until = NOW - timedelta(seconds=10)
+    facts = _recovering(fenced_until=fenced_until, result={"not_found_answers": 3})
+    timing = replace(TIMING, request_lifetime=30)
+
+    outcome = decide(
+        "recover", facts, Recovery(RecoveredOutcome.NOT_FOUND), None, now=NOW, timing=timing
+    )
+
+    assert outcome.target is None and outcome.pending
+    assert outcome.fields["next_attempt_at"] == fenced_until + timedelta(seconds=30)
+
+
+def test_not_found_after_the_request_lifetime_fails_the_node_with_a_true_reason():
+    since = NOW - timedelta(seconds=45)
+    facts = _recovering(
+        fenced_until=NOW - timedelta(seconds=31),
+        result={"not_found_answers": 2, "not_found_since": since.isoformat()},
+    )
+    timing = replace(TIMING, request_lifetime=30)
+    answer = Recovery(RecoveredOutcome.NOT_FOUND, detail={"client_id": "qtg-1-w-1"})
+
+    outcome = decide("recover", facts, answer, None, now=NOW, timing=timing)
+
+    assert outcome.target == NS.FAILED
+    assert outcome.fields["last_error"] == (
+        "recovery: the venue has no trace of it (client_id=qtg-1-w-1) after 3 reads over 45 s"
+    )
+
+
+def test_an_unbounded_request_is_never_concluded_absent_and_asks_a_person():
+    facts = _recovering(fenced_until=NOW - timedelta(days=30), result={"not_found_answers": 500})
+    timing = replace(TIMING, request_lifetime=None)
+
+    outcome = decide(
+        "recover", facts, Recovery(RecoveredOutcome.NOT_FOUND), None, now=NOW, timing=timing
+    )
+
+    assert outcome.target is None
+    assert outcome.attention["reason"] == "unprovable"
+    assert outcome.fields["next_attempt_at"] > NOW
+
+
+def test_a_venue_that_positively_reports_failure_is_believed_without_a_lifetime():
+    facts = _recovering(result={"not_found_answers": 1})
+    timing = replace(TIMING, request_lifetime=None)
+    answer = Recovery(RecoveredOutcome.FAILED, detail={"finding": "reverted", "status": 0})
+
+    outcome = decide("recover", facts, answer, None, now=NOW, timing=timing)
+
+    assert outcome.target == NS.FAILED
+    assert outcome.fields["last_error"].startswith("recovery: reverted (status=0)")

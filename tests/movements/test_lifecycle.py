@@ -442,6 +442,9 @@ def test_force_complete_ends_completed_with_the_reason(intervention, operator):
     event = intervention.events.filter(node__isnull=True, new_state="COMPLETED").get()
     assert event.detail["reason"] == "deposit credited, confirmed by phone"
     assert event.detail["forced"] is True
+    # The operator's resolution replaces the venue's reason that brought it to them.
+    assert intervention.failure_reason.startswith("resolved by force-complete by ")
+    assert intervention.failure_reason.endswith(": deposit credited, confirmed by phone")
 
 
 def test_force_fail_ends_failed(intervention, operator):
@@ -451,7 +454,9 @@ def test_force_fail_ends_failed(intervention, operator):
 
     intervention.refresh_from_db()
     assert intervention.request_state == RS.FAILED
-    assert intervention.failure_reason == "funds returned by exchange"
+    assert intervention.failure_reason == (
+        f"resolved by force-fail by {operator.get_username()}: funds returned by exchange"
+    )
 
 
 def test_force_is_refused_while_a_node_is_running(make_movement, operator):

@@ -34,9 +34,17 @@ def sample(text: str, name: str, **labels) -> float:
 
 
 @pytest.mark.django_db
-def test_metrics_carries_every_name_outside_checks_use(client, make_movement, settings):
+def test_metrics_carries_every_name_outside_checks_use(
+    client, make_movement, settings, django_capture_on_commit_callbacks
+):
+    from movements.services import execution
+
     settings.QTG_METRICS_TOKEN = ""
-    make_movement(approve=True)  # something to count, and a transition and its histogram
+    # Something to count, a committed transition and its histogram, a venue call and its
+    # histogram (a fresh metrics directory has none of them yet).
+    with django_capture_on_commit_callbacks(execute=True):
+        make_movement(approve=True)
+        execution.dispatch_ready_nodes(owner="tests-metrics", limit=1)
 
     text = scrape(client)
 
@@ -46,14 +54,20 @@ def test_metrics_carries_every_name_outside_checks_use(client, make_movement, se
         ), name
 
 
-def test_movements_by_state_and_the_held_amount_by_asset_are_read_at_each_scrape(
+def test_movements_by_state_and_the_held_amount_by_asset_are_those_the_scheduler_computed(
     client, make_movement, settings
 ):
+    from ops.tasks import refresh_gauges
+
     settings.QTG_METRICS_TOKEN = ""
+    assert "qtg_movements" in scrape(client)  # computed once, before any movement
     # given two approved movements holding 100.00 and 250.50 USDC, and one waiting approval
     make_movement(approve=True, amount="100.00")
     make_movement(approve=True, amount="250.50")
     make_movement(amount="7.00")
+    # a scrape serves what was computed, saying how old it is ...
+    assert sample(scrape(client), "qtg_movements", state="APPROVED") == 0
+    refresh_gauges.apply()  # ... until the scheduler computes them again
 
     text = scrape(client)
 

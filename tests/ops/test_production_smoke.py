@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -41,13 +43,13 @@ def production_env(tmp: Path, **extra: str) -> dict[str, str]:
         and not key.startswith("QTG_")
     }
     env.update(
-        QTG_PROFILE="production",
+        QTG_PROFILE="smoke",
         DJANGO_SECRET_KEY="smoke-" + uuid.uuid4().hex + uuid.uuid4().hex,
+        QTG_AUDIT_KEY="smoke-audit-" + uuid.uuid4().hex,
         DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
         QTG_VAR_DIR=str(tmp),
+        # The smoke profile (production with the sandbox allowed): its movements to watch ...
         QTG_SANDBOX_ENABLED="1",
-        # The production profile refuses the sandbox; this test alone needs its movements.
-        QTG_SMOKE_TEST_ALLOWS_SANDBOX="1",
         # ... and its venues serve them (production's default is the real venues: live).
         QTG_VENUES="off",
         # Plain HTTP on the loopback: no TLS terminator in front of gunicorn here.
@@ -106,13 +108,57 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+RUNTIME_ROLE = "qtg_smoke_runtime"
+
+
+@contextmanager
+def two_roles():
+    """On PostgreSQL (the test run's DATABASE_URL): a fresh database owned by that URL's role,
+    and the URL of the runtime role the deployment runs as (issue 28). Elsewhere: SQLite."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        yield None
+        return
+    import psycopg
+
+    name = f"qtg_smoke_{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(url)
+    maintenance = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        conn.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{RUNTIME_ROLE}') "
+            f"THEN CREATE ROLE {RUNTIME_ROLE} LOGIN; END IF; END $$"
+        )
+        conn.execute(f"CREATE DATABASE {name}")
+    owner = urlunsplit(parts._replace(path=f"/{name}"))
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    runtime = urlunsplit(parts._replace(netloc=f"{RUNTIME_ROLE}@{host}", path=f"/{name}"))
+    try:
+        yield {"owner": owner, "runtime": runtime}
+    finally:
+        with psycopg.connect(maintenance, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    """Prestart, seed the demo, then web + worker + beat from the Procfile (honcho)."""
+    """Prestart (as the database owner), seed the demo, then web + worker + beat from the
+    Procfile (honcho); on PostgreSQL the seed and the processes run as the runtime role."""
+    with two_roles() as roles:
+        yield from _deployment(tmp_path_factory, roles)
+
+
+def _deployment(tmp_path_factory, roles):
     tmp = tmp_path_factory.mktemp("production")
     port = free_port()
     env = production_env(tmp, QTG_BIND=f"127.0.0.1:{port}")
-    manage(env, "qtg_prestart")
+    if roles:
+        owner = {**env, "DATABASE_URL": roles["owner"], "QTG_DB_RUNTIME_ROLE": RUNTIME_ROLE}
+        prestart = manage(owner, "qtg_prestart")
+        manage(owner, "qtg_db_grants", "--runtime-role", RUNTIME_ROLE)
+        env["DATABASE_URL"] = roles["runtime"]
+    else:
+        prestart = manage(env, "qtg_prestart")
     seeded = manage(env, "seed_demo")
     output = tmp / "honcho.log"
     with output.open("w") as log:
@@ -129,6 +175,8 @@ def deployment(tmp_path_factory):
             "base": f"http://127.0.0.1:{port}",
             "tmp": tmp,
             "seed_log": seeded.stderr,
+            "prestart": prestart,
+            "roles": roles,
             "output": output,
         }
     finally:
@@ -139,12 +187,19 @@ def test_health_is_200_with_database_broker_beat_and_worker_up(deployment):
     response = wait_until(f"{deployment['base']}/health/", lambda r: r.status_code == 200)
 
     body = response.json()
-    assert body["status"] == "ok"
+    # serving, with the switches this test sets to run on the loopback listed as weakened
+    assert body["status"] == "degraded"
+    assert {w["variable"] for w in body["weakened"]} == {
+        "QTG_SANDBOX_ENABLED",
+        "DJANGO_SECURE_SSL_REDIRECT",
+        "QTG_ADDRESS_COOLDOWN_SECONDS",
+    }
     assert {name for name, check in body["checks"].items() if check["status"] == "ok"} == {
         "database",
         "broker",
         "beat",
         "worker",
+        "venues",
     }
 
 
@@ -241,3 +296,47 @@ def test_health_is_503_when_the_broker_or_the_database_is_unreachable(deployment
     body = response.json()
     assert body["status"] == "fail"
     assert body["checks"][failing]["status"] == "fail"
+
+
+def test_every_line_of_web_worker_and_beat_is_json_and_a_request_is_logged_once(deployment):
+    base = deployment["base"]
+    wait_until(f"{base}/health/live", lambda r: r.status_code == 200)
+    marker = f"/no-such-page-{uuid.uuid4().hex}"
+    assert httpx.get(base + marker, timeout=10).status_code == 404
+    time.sleep(2)
+
+    lines = []
+    for line in deployment["output"].read_text().splitlines():
+        label, sep, text = line.partition("| ")
+        name = label.split()[-1].split(".")[0] if label.split() else ""
+        if sep and name in {"web", "worker", "beat"} and text.strip():
+            lines.append((name, text))
+    not_json = [(name, text) for name, text in lines if not text.lstrip().startswith("{")]
+    assert not_json == [], not_json[:10]
+    assert {name for name, _ in lines} >= {"web", "worker"}
+    logged = [text for _, text in lines if marker in text]
+    assert len(logged) == 1, logged
+
+
+def test_prestart_writes_a_signed_checkpoint_and_the_runtime_role_cannot_rewrite_evidence(
+    deployment,
+):
+    checkpoints = (deployment["tmp"] / "audit-checkpoints.jsonl").read_text().splitlines()
+    assert json.loads(checkpoints[0])["reason"] == "prestart"
+    roles = deployment["roles"]
+    if roles is None:
+        pytest.skip("database roles are PostgreSQL's (run with DATABASE_URL)")
+    import psycopg
+
+    # nothing to warn about: the app runs as a runtime role without those rights
+    assert "WARNING" not in deployment["prestart"].stderr
+    with psycopg.connect(roles["runtime"], autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM movements_movementevent").fetchone()[0] > 0
+        for statement in (
+            "DELETE FROM movements_movementevent",
+            "TRUNCATE movements_movementevent CASCADE",
+            "ALTER TABLE movements_movementevent DISABLE TRIGGER ALL",
+            "UPDATE movements_movementapproval SET approver = 'mallory'",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)

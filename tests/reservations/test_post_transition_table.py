@@ -95,7 +95,7 @@ SCENARIOS = [
         lambda w, r: w.drive.run(r, "withdraw_observe", outcome=NodeState.FAILED),
         RequestState.MANUAL_INTERVENTION,
         HELD,
-        ["request_attention"],
+        ["request_attention", "request_manual_intervention"],
     ),
     (
         "waiting for a manual action",
@@ -103,7 +103,7 @@ SCENARIOS = [
         lambda w, r: w.drive.run(r, "withdraw"),
         RequestState.WAITING_MANUAL_ACTION,
         HELD,
-        ["frontier_advanced", "request_attention"],
+        ["frontier_advanced", "request_attention", "request_waiting_manual_action"],
     ),
     (
         "manual gate resumed",
@@ -203,7 +203,7 @@ SCENARIOS = [
         ),
         RequestState.FAILED,
         None,
-        ["request_failed"],
+        ["request_created", "request_failed"],
     ),
 ]
 

@@ -8,12 +8,12 @@ import pytest
 from django.utils import timezone
 
 from callbacks.models import Delivery, Subscription
+from movements.selectors import open_attentions
 from movements.services.attention import (
     attention_resolve,
     attention_snooze,
     attention_stop_watching,
     detect_stuck_nodes,
-    open_attentions,
 )
 from qtg.core.actors import Actor
 from qtg.core.errors import ActionRefused, NotPermitted

@@ -52,11 +52,14 @@ OBSERVE_FAULTS = ["", "", "", "observe_fail", "reorg"]
 SETTLED = (RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION)
 
 
-def _chaos_movement(creator, rng: random.Random) -> MovementRequest:
+def chaos_movement(
+    creator, rng: random.Random, *, leg_faults=LEG_FAULTS, observe_faults=OBSERVE_FAULTS
+) -> MovementRequest:
+    """An approved split withdrawal with random faults on its legs and its deposit."""
     faults = {
-        "withdraw_a": rng.choice(LEG_FAULTS),
-        "withdraw_b": rng.choice(LEG_FAULTS),
-        "deposit_observe": rng.choice(OBSERVE_FAULTS),
+        "withdraw_a": rng.choice(leg_faults),
+        "withdraw_b": rng.choice(leg_faults),
+        "deposit_observe": rng.choice(observe_faults),
     }
     movement = movement_create(
         template="split_withdraw",
@@ -79,7 +82,7 @@ def test_chaos_never_reports_safe_while_money_left(cluster, creator):
     FAILED (or CANCELLED and released) after a withdrawal completed, and no reservation is
     released with a completed withdrawal."""
     rng = random.Random(20261201)
-    movements = [_chaos_movement(creator, rng) for _ in range(300)]
+    movements = [chaos_movement(creator, rng) for _ in range(300)]
 
     # A worker is SIGKILLed every 0.5-2 s (and replaced) while the movements run, 15 times.
     kills = 0

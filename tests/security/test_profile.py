@@ -9,10 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from qtg.profile import ProfileRefused, production_problems, profile_from_env
+from qtg.profile import (
+    EMBEDDED_AUDIT_KEY,
+    ProfileRefused,
+    production_problems,
+    profile_from_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = secrets.token_urlsafe(64)
+AUDIT_KEY = secrets.token_urlsafe(32)
+METRICS_TOKEN = secrets.token_urlsafe(32)
 
 
 def manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -57,19 +64,39 @@ def test_an_unset_profile_stops_the_start_instead_of_running_the_demo(tmp_path):
     ],
 )
 def test_production_refuses_a_missing_published_or_weak_secret_key(secret_key, expected):
-    problems = production_problems(secret_key=secret_key, debug=False, sandbox_enabled=False)
+    problems = production_problems(
+        secret_key=secret_key, debug=False, sandbox_enabled=False, audit_key=AUDIT_KEY
+    )
 
     assert len(problems) == 1 and expected in problems[0]
 
 
 def test_production_refuses_debug_and_the_sandbox():
-    problems = production_problems(secret_key=STRONG_KEY, debug=True, sandbox_enabled=True)
+    problems = production_problems(
+        secret_key=STRONG_KEY, debug=True, sandbox_enabled=True, audit_key=AUDIT_KEY
+    )
 
     assert [p.split(" ", 1)[0] for p in problems] == ["DJANGO_DEBUG", "QTG_SANDBOX_ENABLED"]
 
 
+@pytest.mark.parametrize(
+    ("audit_key", "expected"), [("", "no audit key"), (EMBEDDED_AUDIT_KEY, "published")]
+)
+def test_production_refuses_a_missing_or_published_audit_key(audit_key, expected):
+    problems = production_problems(
+        secret_key=STRONG_KEY, debug=False, sandbox_enabled=False, audit_key=audit_key
+    )
+
+    assert len(problems) == 1 and expected in problems[0]
+
+
 def test_a_strong_key_without_debug_or_sandbox_is_accepted():
-    assert production_problems(secret_key=STRONG_KEY, debug=False, sandbox_enabled=False) == []
+    assert (
+        production_problems(
+            secret_key=STRONG_KEY, debug=False, sandbox_enabled=False, audit_key=AUDIT_KEY
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,6 +106,8 @@ def test_a_strong_key_without_debug_or_sandbox_is_accepted():
         {"DJANGO_SECRET_KEY": "qtg-embedded-insecure-key"},
         {"DJANGO_SECRET_KEY": STRONG_KEY, "DJANGO_DEBUG": "1"},
         {"DJANGO_SECRET_KEY": STRONG_KEY, "QTG_SANDBOX_ENABLED": "1"},
+        # No audit key of its own: the chain's links would be signed with nothing.
+        {"DJANGO_SECRET_KEY": STRONG_KEY},
     ],
 )
 def test_the_production_server_refuses_to_start(tmp_path, env):
@@ -97,6 +126,8 @@ def test_check_deploy_is_clean_in_production(tmp_path):
     env = {
         "QTG_PROFILE": "production",
         "DJANGO_SECRET_KEY": STRONG_KEY,
+        "QTG_AUDIT_KEY": AUDIT_KEY,
+        "QTG_METRICS_TOKEN": METRICS_TOKEN,
         "QTG_ROUTE_TEMPLATE_DIR": str(templates),
     }
     assert manage("migrate", "--no-input", tmp_path=tmp_path, **env).returncode == 0
@@ -128,6 +159,8 @@ def test_production_sends_cookies_over_tls_only_with_hsts_a_redirect_and_private
         tmp_path=tmp_path,
         QTG_PROFILE="production",
         DJANGO_SECRET_KEY=STRONG_KEY,
+        QTG_AUDIT_KEY=AUDIT_KEY,
+        QTG_METRICS_TOKEN=METRICS_TOKEN,
         DJANGO_SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO:https",
         DJANGO_SESSION_COOKIE_AGE="3600",
     )

@@ -8,12 +8,15 @@ as a test names them as arguments: one fetched with request.getfixturevalue() in
 created after the snapshot and reverted with it.
 """
 
+import time
+
 import pytest
 from eth_account import Account
 from eth_utils import keccak
 
 from standins.anvil import Anvil
 from standins.cctp import deploy_cctp, link
+from standins.cctp_v2 import deploy_cctp_v2, link_v2
 from standins.contracts import artifacts, deploy_test_token
 
 CHAIN_A_ID = 31337
@@ -54,6 +57,10 @@ def _rewind_chains(request):
         chain.drop_all_transactions()
         chain.set_automine(True)
         assert chain.revert(snapshot), "snapshot could not be reverted"
+        # Mining many blocks in a second runs the chain's clock ahead of the wall clock (each
+        # block one second after its parent), and reverting keeps that offset: put it back, or
+        # a later block could get the same timestamp as the one it replaces.
+        chain.rpc("evm_setTime", int(time.time()))
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +87,27 @@ def cctp(chain_a, chain_b, compiled, attester):
     b = deploy_cctp(chain_b.web3, chain_b.accounts[0], domain=DOMAIN_B, attester=attester.address)
     link(a, b)
     return a, b
+
+
+@pytest.fixture(scope="session")
+def cctp_v2(chain_a, chain_b, cctp, attester):
+    """CCTP V2 deployed beside V1 on both chains (same USDC; fees to dev account 5), linked."""
+    a, b = cctp
+    a2 = deploy_cctp_v2(
+        chain_a.web3,
+        chain_a.accounts[0],
+        domain=DOMAIN_A,
+        attester=attester.address,
+        usdc=a.usdc,
+        fee_recipient=chain_a.accounts[5].address,
+    )
+    b2 = deploy_cctp_v2(
+        chain_b.web3,
+        chain_b.accounts[0],
+        domain=DOMAIN_B,
+        attester=attester.address,
+        usdc=b.usdc,
+        fee_recipient=chain_b.accounts[5].address,
+    )
+    link_v2(a2, b2)
+    return a2, b2

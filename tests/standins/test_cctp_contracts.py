@@ -182,3 +182,20 @@ def test_only_the_owner_configures(cctp, chain_b):
         b.messenger.functions.handleReceiveMessage(DOMAIN_A, b"\0" * 32, b"").estimate_gas(
             {"from": stranger.address}
         )
+
+
+def test_the_burn_limit_per_message_has_circles_shape_and_is_enforced(cctp, chain_a, chain_b):
+    a, _ = cctp
+    minter = a.w3.eth.contract(
+        address=a.messenger.functions.localMinter().call(), abi=a.messenger.abi
+    )
+    assert minter.functions.burnLimitsPerMessage(a.usdc.address).call() == 2**256 - 1
+    a.set_burn_limit(5 * USDC)
+    try:
+        assert minter.functions.burnLimitsPerMessage(a.usdc.address).call() == 5 * USDC
+        with pytest.raises(ContractLogicError, match="Burn amount exceeds per tx limit"):
+            burn_on_a(cctp, chain_a, chain_b, 5 * USDC + 1)
+        receipt, _ = burn_on_a(cctp, chain_a, chain_b, 5 * USDC)
+        assert receipt["status"] == 1
+    finally:
+        a.set_burn_limit(2**256 - 1)

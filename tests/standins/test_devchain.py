@@ -248,8 +248,14 @@ def test_reorg_that_reincludes_the_tx_changes_its_block_hash(chain_a):
     signed = signed_transfer(chain_a, alice, bob.address, nonce=nonce, value=17)
     tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
     before = w3.eth.wait_for_transaction_receipt(tx_hash, poll_latency=0.02)
+    # The replacement block also carries another transaction: a replacement with only the same
+    # transaction can be built identical to the block it replaces (same parent, same timestamp
+    # when the chain's clock runs ahead of the wall clock), so the same hash.
+    other = signed_transfer(
+        chain_a, bob, alice.address, nonce=w3.eth.get_transaction_count(bob.address), value=1
+    )
 
-    chain_a.reorg(1, [(signed.raw_transaction, 0)])
+    chain_a.reorg(1, [(signed.raw_transaction, 0), (other.raw_transaction, 0)])
 
     after = w3.eth.get_transaction_receipt(tx_hash)
     assert after["status"] == 1

@@ -371,3 +371,54 @@ def test_account_info_rent_and_airdrop_answer_in_the_real_shapes(node):
     assert len(mint_info.data) == 82 and mint_info.data[44] == 6
     assert mint_info.lamports == rent
     assert missing is None
+
+
+def test_skipped_slots_make_the_block_height_lower_than_the_slot_and_validity_counts_blocks():
+    settings = Settings(
+        slot_seconds=3600,
+        confirmed_after=1,
+        finalized_after=2,
+        blockhash_validity=5,
+        skip_every=3,
+        first_slot=100,
+    )
+    with LocalSolana(settings) as local:
+        local.advance(12)
+        state = local.state()
+        # 12 slots from 100; 102, 105, 108, 111 are skipped (no block).
+        assert state["slot"] == 112 and state["height"] == 8
+        assert rpc(local, lambda c: c.get_block_height("processed")).value == 8
+        assert rpc(local, lambda c: c.get_slot("processed")).value == 112
+        value = rpc(local, lambda c: c.get_latest_blockhash("processed")).value
+        # Valid for 5 more BLOCKS (heights), not slots.
+        assert value.last_valid_block_height == 8 + 5
+
+
+def test_a_lagging_status_view_misses_a_landing_with_its_context_slot_stuck(node):
+    payer, recipient = Keypair(), Keypair()
+    node.airdrop(payer.pubkey(), SOL)
+    blockhash = rpc(node, lambda c: c.get_latest_blockhash("processed")).value.blockhash
+    tx = Transaction.new_signed_with_payer(
+        [
+            transfer(
+                TransferParams(
+                    from_pubkey=payer.pubkey(), to_pubkey=recipient.pubkey(), lamports=SOL // 10
+                )
+            )
+        ],
+        payer.pubkey(),
+        [payer],
+        blockhash,
+    )
+    signature = rpc(node, lambda c: c.send_raw_transaction(bytes(tx), SEND)).value
+    stuck_at = node.state()["slot"]
+    node.lag_status(str(signature), 30)
+    node.advance(3)
+
+    answer = rpc(node, lambda c: c.get_signature_statuses([signature], True))
+
+    assert str(signature) in node.state()["landed"]
+    assert answer.value[0] is None
+    assert answer.context.slot == stuck_at
+    node.clear_faults()
+    assert rpc(node, lambda c: c.get_signature_statuses([signature], True)).value[0] is not None

@@ -88,3 +88,36 @@ def test_configuration_accounts_and_secrets_come_from_the_named_places(
     monkeypatch.delenv("QTG_TEST_KEY")
     with pytest.raises(ImproperlyConfigured, match="QTG_TEST_KEY is empty"):
         conf.secret({"env": "QTG_TEST_KEY"}, what="hot-wallet")
+
+
+def test_the_declared_executors_are_exactly_those_each_module_registers():
+    # Declared at start-up without importing the adapters (web3, ccxt, solana load on first
+    # use): the declaration may not drift from what each module registers.
+    from importlib import import_module
+
+    from movements.executors.registry import registry
+    from venues.apps import EXECUTORS, PROVIDER
+
+    for module, names in EXECUTORS.items():
+        import_module(module)
+        registered = {
+            name
+            for name, providers in registry._providers.items()
+            if getattr(providers.get(PROVIDER), "__module__", "") == module
+        }
+        assert registered == set(names), module
+
+
+def test_starting_django_imports_no_venue_client_library():
+    import subprocess
+    import sys
+
+    code = (
+        "import django, sys; django.setup(); "
+        "print(sorted(m for m in ('web3', 'ccxt', 'solana', 'eth_account') if m in sys.modules))"
+    )
+    env = {**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "qtg.settings"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

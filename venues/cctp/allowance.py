@@ -15,20 +15,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from movements.executors.base import DeterministicError, ExecutionContext, TransientError
 from venues.evm import client
 from venues.evm.config import EvmChain
-from venues.evm.transfers import (
+from venues.evm.tx import (
     ACTOR,
     Transfer,
-    _rpc,
     check_chain_id,
     create_with_new_nonce,
+    rpc_read,
     send_stored,
     sign_stored,
     signer_of,
 )
+from venues.evm.tx.track import follow
 from venues.models import LIVE_TX_STATES, ChainTransaction, TxState
+from venues.nonces import sender_lock
 from venues.transactions import chain_transaction_transition
 
 S = TxState
@@ -43,7 +48,7 @@ def _word(address: str) -> str:
 
 
 def _read_uint(w3: Any, to: str, data: str) -> int:
-    raw = _rpc("eth_call", w3.eth.call, {"to": to, "data": data})
+    raw = rpc_read("eth_call", w3.eth.call, {"to": to, "data": data})
     return int.from_bytes(bytes(raw), "big") if raw else 0
 
 
@@ -56,11 +61,15 @@ def balance(w3: Any, usdc: str, owner: str) -> int:
 
 
 def _approvals(chain: EvmChain, sender: str, usdc: str) -> list[ChainTransaction]:
-    """The account's allowance transactions still in flight."""
+    """The account's allowance transactions still in flight (CREATED included: a worker that
+    died before signing one left its nonce to it, and the next look signs and sends it)."""
     return [
         tx
         for tx in ChainTransaction.objects.filter(
-            chain=chain.name, sender=sender, node__isnull=True, state__in=LIVE_TX_STATES
+            chain=chain.name,
+            sender=sender,
+            node__isnull=True,
+            state__in=[*LIVE_TX_STATES, S.CREATED],
         ).order_by("id")
         if str(tx.unsigned.get("to", "")).lower() == usdc.lower()
         and str(tx.unsigned.get("data", "")).startswith(APPROVE_SELECTOR)
@@ -68,38 +77,11 @@ def _approvals(chain: EvmChain, sender: str, usdc: str) -> list[ChainTransaction
 
 
 def _settle(w3: Any, chain: EvmChain, tx: ChainTransaction) -> None:
-    """One look at an allowance transaction: mined -> CONFIRMED, then FINALIZED at the chain's
-    finality (FAILED if it reverted); unknown to the node -> its stored bytes again."""
-    receipt = _rpc("receipt", client.receipt_of, w3, tx.tx_hash)
-    if receipt is None:
-        if _rpc("transaction", client.transaction_of, w3, tx.tx_hash) is None:
-            send_stored(w3, tx)
-        return
-    if tx.state == S.SIGNED:
-        tx = chain_transaction_transition(
-            chain_transaction_id=tx.pk, to_state=S.BROADCAST, actor=ACTOR, evidence={}
-        )
-    block_hash = receipt["blockHash"].to_0x_hex()
-    status = int(receipt["status"])
-    evidence = {"status": status, "block_hash": block_hash}
-    if tx.state != S.CONFIRMED:
-        tx = chain_transaction_transition(
-            chain_transaction_id=tx.pk,
-            to_state=S.CONFIRMED,
-            actor=ACTOR,
-            evidence=evidence,
-            fields={"block_number": int(receipt["blockNumber"]), "block_hash": block_hash},
-        )
-    head = _rpc("block number", lambda: w3.eth.block_number)
-    confirmations = head - int(receipt["blockNumber"]) + 1
-    if confirmations >= chain.confirmations:
-        chain_transaction_transition(
-            chain_transaction_id=tx.pk,
-            to_state=S.FINALIZED if status == 1 else S.FAILED,
-            actor=ACTOR,
-            evidence={**evidence, "confirmations": confirmations},
-            fields={"confirmations": confirmations},
-        )
+    """One look at an allowance transaction, by the transaction manager's steps
+    (``venues.evm.tx.track.follow``): mined -> CONFIRMED, FINALIZED at the chain's finality
+    (FAILED if it reverted); unknown to the node -> its stored bytes again."""
+    head = rpc_read("block number", lambda: w3.eth.block_number)
+    follow(w3, chain, tx, head=head, now=timezone.now())
 
 
 def settle_allowances(chain: EvmChain, sender: str, usdc: str) -> None:
@@ -141,21 +123,19 @@ def ensure_allowance(
 
 
 def _send_approval(ctx: ExecutionContext, owner: Transfer, *, usdc: str, spender: str) -> None:
+    """One approve per (chain, sender, spender) at a time: decided under the sender's lock
+    (``venues.nonces.sender_lock``), so two first burns never both send one. The approve is
+    the sender's, not the movement's (no node; ``movement`` names who first asked for it)."""
     chain = owner.chain
     signer = signer_of(owner)
     w3 = client.web3_for(chain)
     check_chain_id(w3, chain)
-    call = {"to": usdc, "value": 0, "data": APPROVE_SELECTOR + _word(spender) + f"{UNLIMITED:064x}"}
-    gas = int(_rpc("gas estimate", w3.eth.estimate_gas, {"from": owner.sender, **call}) * 1.2)
-    tx = create_with_new_nonce(
-        w3,
-        chain,
-        owner.sender,
-        call,
-        gas=gas,
-        movement_id=ctx.request_id,
-        evidence={"purpose": "cctp allowance", "spender": spender, "node": ctx.node_key},
-    )
+    chain_next = rpc_read("nonce", w3.eth.get_transaction_count, owner.sender, "pending")
+    with transaction.atomic():
+        sender_lock(chain=chain.name, sender=owner.sender, chain_next=chain_next)
+        if _approvals(chain, owner.sender, usdc):
+            return  # another worker's, decided just now
+        tx = _create_approval(ctx, owner, w3, usdc=usdc, spender=spender)
     tx = sign_stored(tx, signer)
     sent = send_stored(w3, tx)
     if sent.outcome in ("sent", "known"):
@@ -165,3 +145,25 @@ def _send_approval(ctx: ExecutionContext, owner: Transfer, *, usdc: str, spender
             actor=ACTOR,
             evidence={"rpc": sent.outcome},
         )
+
+
+def _create_approval(
+    ctx: ExecutionContext, owner: Transfer, w3: Any, *, usdc: str, spender: str
+) -> ChainTransaction:
+    chain = owner.chain
+    call = {"to": usdc, "value": 0, "data": APPROVE_SELECTOR + _word(spender) + f"{UNLIMITED:064x}"}
+    gas = int(rpc_read("gas estimate", w3.eth.estimate_gas, {"from": owner.sender, **call}) * 1.2)
+    return create_with_new_nonce(
+        w3,
+        chain,
+        owner.sender,
+        call,
+        gas=gas,
+        movement_id=ctx.request_id,
+        evidence={
+            "purpose": "cctp allowance",
+            "owned_by": "sender",
+            "spender": spender,
+            "first_asked_by": ctx.node_key,
+        },
+    )

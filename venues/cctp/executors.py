@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import suppress
 from decimal import Decimal
 from typing import Any
 
@@ -33,21 +33,20 @@ from movements.executors.base import (
     NodeSpec,
     Observation,
     ObservedStatus,
-    Prepared,
     RecoveredOutcome,
     Recovery,
-    Signed,
-    Submitted,
+    TransientError,
     Upstream,
 )
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
 from venues.cctp.allowance import ensure_allowance, settle_allowances
-from venues.cctp.config import CctpChain, cctp_chain, iris_url, to_units
+from venues.cctp.config import USDC_DECIMALS, CctpChain, cctp_chain, iris_url, to_units
 from venues.cctp.iris import IrisClient, IrisMessage
 from venues.cctp.message import Message, address_to_bytes32
-from venues.evm import transfers
+from venues.evm import client, facts
 from venues.evm.config import EvmChain, evm_chain
+from venues.evm.tx import ChainAction, ContractCall, Track
 
 PROVIDER = "venues"
 
@@ -77,6 +76,30 @@ def validate_amount(spec: NodeSpec) -> None:
         to_units(spec.amount)
     except ValueError as exc:
         raise DeterministicError(str(exc)) from None
+
+
+def _usdc(units: int) -> str:
+    return format(Decimal(units).scaleb(-USDC_DECIMALS).normalize(), "f")
+
+
+def check_burn_facts(source: EvmChain, cctp: CctpChain, units: int) -> None:
+    """Read from the source chain before a burn is planned or sent: USDC's ``decimals()``
+    (CCTP amounts are 6-decimal) and the TokenMinter's per-message burn limit, which the
+    amount may not pass (the burn would revert at its gas estimate, after the allowance)."""
+    w3 = client.web3_for(source)
+    found = facts.token_decimals(w3, cctp.usdc)
+    if found != USDC_DECIMALS:
+        raise DeterministicError(
+            f"USDC on {source.name}: the token contract {cctp.usdc} has {found} decimals, "
+            f"CCTP moves {USDC_DECIMALS}-decimal USDC; refused"
+        )
+    limit = facts.burn_limit(w3, cctp.token_messenger, cctp.usdc)
+    if units > limit:
+        raise DeterministicError(
+            f"{_usdc(units)} USDC is above the per-message burn limit "
+            f"of {_usdc(limit)} USDC on {source.name} "
+            "(TokenMinter.burnLimitsPerMessage): split the movement"
+        )
 
 
 @register("cctp_attestation_observe", provider=PROVIDER)
@@ -167,17 +190,6 @@ DEPOSIT_FOR_BURN = keccak(text="depositForBurn(uint256,uint32,bytes32,address)")
 RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
 
 
-@dataclass(frozen=True)
-class ContractCall(transfers.Transfer):
-    """A call of a contract (``recipient``) by a configured account, carried through the EVM
-    adapter's transaction machinery exactly as a transfer is."""
-
-    data: str = ""
-
-    def call(self) -> dict[str, Any]:
-        return {"to": self.recipient, "value": 0, "data": self.data}
-
-
 def _evm(name: str) -> EvmChain:
     try:
         return evm_chain(name)
@@ -203,87 +215,6 @@ def _address(chain: EvmChain, name_or_address: str) -> str:
         raise DeterministicError(str(exc)) from None
 
 
-class ChainAction(Executor):
-    """Sign once, store the bytes, broadcast them; observe and recover through the EVM
-    adapter's ``track`` (receipts, reorgs walked back, stored bytes re-broadcast)."""
-
-    external_ref_name = "transaction hash"
-
-    def visibility_window(self, ctx: ExecutionContext) -> float:
-        """How long the chain's nodes may not show a broadcast transaction (its config)."""
-        try:
-            return _evm(str(ctx.config.get("chain") or "")).broadcast_window_seconds
-        except DeterministicError:
-            return self.visibility_seconds
-
-    def call(self, ctx: ExecutionContext) -> ContractCall:
-        raise NotImplementedError
-
-    def _stored(self, ctx: ExecutionContext) -> Any:
-        txs = transfers.node_transactions(ctx.node_id)
-        if not txs:
-            raise DeterministicError(f"node {ctx.node_key}: no prepared transaction")
-        return txs[0]
-
-    def sign(self, ctx: ExecutionContext) -> Signed:
-        tx = self._stored(ctx)
-        call = self.call(ctx)
-        tx = transfers.sign_stored(tx, transfers.signer_of(call))
-        return Signed(tx.raw_signed, {"tx_hash": tx.tx_hash, "nonce": tx.nonce})
-
-    def submit(self, ctx: ExecutionContext) -> Submitted:
-        tx = self._stored(ctx)
-        if tx.raw_signed != ctx.signed_payload:
-            raise DeterministicError("the stored transaction is not the signed payload")
-        sent = transfers.broadcast_transfer(tx)
-        return Submitted(
-            tx.tx_hash,
-            detail={
-                "tx_hash": tx.tx_hash,
-                "chain": tx.chain,
-                "nonce": tx.nonce,
-                "rpc": sent.outcome,
-            },
-        )
-
-    def _observation(self, ctx: ExecutionContext, look: transfers.Track) -> Observation:
-        detail = look.summary()
-        ref = look.winner.tx_hash if look.winner is not None else ctx.external_ref
-        if look.reorg:
-            return Observation(ObservedStatus.REORG, ref, detail)
-        if look.status == "finalized":
-            return Observation(ObservedStatus.COMPLETED, ref, detail, replaced=True)
-        if look.status == "failed":
-            return Observation(ObservedStatus.FAILED, ref, detail)
-        if look.status == "dropped":
-            return Observation(ObservedStatus.UNKNOWN, ref, detail)
-        return Observation(ObservedStatus.PENDING, ref, detail)
-
-    def observe(self, ctx: ExecutionContext) -> Observation:
-        return self._observation(ctx, transfers.track(ctx.node_id))
-
-    def recover(self, ctx: ExecutionContext) -> Recovery:
-        txs = transfers.node_transactions(ctx.node_id)
-        if not txs or all(tx.state == transfers.S.CREATED for tx in txs):
-            return Recovery(
-                RecoveredOutcome.FAILED,
-                detail={"finding": "nothing was signed, so nothing was broadcast"},
-            )
-        look = transfers.track(ctx.node_id)
-        observation = self._observation(ctx, look)
-        detail = {"finding": look.status, **observation.detail}
-        if observation.status == ObservedStatus.COMPLETED:
-            return Recovery(RecoveredOutcome.COMPLETED, observation.external_ref, detail)
-        if observation.status == ObservedStatus.FAILED:
-            return Recovery(RecoveredOutcome.FAILED, observation.external_ref, detail)
-        if look.status == "waiting" and (
-            look.winner is not None or "broadcast_refused" not in look.detail
-        ):
-            # The network has it (mined, in the mempool, or just handed the stored bytes).
-            return Recovery(RecoveredOutcome.SUBMITTED, txs[0].tx_hash, detail)
-        return Recovery(RecoveredOutcome.UNRESOLVED, txs[0].tx_hash, detail)
-
-
 @register("cctp_burn", provider=PROVIDER)
 class CctpBurn(ChainAction):
     needs_upstream = False
@@ -296,6 +227,9 @@ class CctpBurn(ChainAction):
         _chain(destination.name)
         _account(source, str(spec.config.get("from") or spec.source))
         _address(destination, str(spec.config.get("to") or spec.destination))
+        # A chain that does not answer now is checked again before anything is sent.
+        with suppress(TransientError):
+            check_burn_facts(source, _chain(source.name), to_units(spec.amount))
 
     def call(self, ctx: ExecutionContext) -> ContractCall:
         source = _evm(str(ctx.config.get("chain") or ""))
@@ -319,30 +253,15 @@ class CctpBurn(ChainAction):
             data="0x" + data.hex(),
         )
 
-    def prepare(self, ctx: ExecutionContext) -> Prepared:
-        call = self.call(ctx)
-        detail: dict[str, Any] = {}
-        if not transfers.node_transactions(ctx.node_id):
-            cctp = _chain(call.chain.name)
-            detail = ensure_allowance(
-                ctx, call, usdc=cctp.usdc, spender=cctp.token_messenger, units=call.units
-            )
-        tx, reused = transfers.prepare_transfer(ctx, call)
-        return Prepared(
-            {
-                **detail,
-                "chain": tx.chain,
-                "nonce": tx.nonce,
-                "chain_transaction": tx.pk,
-                "reused": reused,
-                "units": str(call.units),
-            }
+    def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
+        cctp = _chain(call.chain.name)
+        check_burn_facts(call.chain, cctp, call.units)
+        return ensure_allowance(
+            ctx, call, usdc=cctp.usdc, spender=cctp.token_messenger, units=call.units
         )
 
-    def observe(self, ctx: ExecutionContext) -> Observation:
-        call = self.call(ctx)
+    def before_look(self, ctx: ExecutionContext, call: ContractCall) -> None:
         settle_allowances(call.chain, call.sender, call.token)
-        return super().observe(ctx)
 
 
 @register("cctp_mint", provider=PROVIDER)
@@ -407,30 +326,35 @@ class CctpMint(ChainAction):
         found = cctp_chain_io.receiving_transaction(chain, message.source_domain, message.nonce)
         return found or "unknown"
 
-    def prepare(self, ctx: ExecutionContext) -> Prepared:
-        call = self.call(ctx)
-        if not transfers.node_transactions(ctx.node_id):
-            minted_by = self._already_minted(ctx)
-            if minted_by:
-                # Received already, by a transaction this node never sent (another relayer):
-                # nothing to send, and not ours to call done without a person looking.
-                raise DeterministicError(
-                    f"the message was already received on {call.chain.name} by {minted_by}",
-                    evidence={
-                        "received_by": minted_by,
-                        "attention": {
-                            "reason": "venue",
-                            "message": f"the burn was minted by {minted_by}, not by this node",
-                        },
+    def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
+        minted_by = self._already_minted(ctx)
+        if minted_by:
+            # Received already, by a transaction this node never sent (another relayer):
+            # nothing to send, and not ours to call done without a person looking.
+            raise DeterministicError(
+                f"the message was already received on {call.chain.name} by {minted_by}",
+                evidence={
+                    "received_by": minted_by,
+                    "attention": {
+                        "reason": "venue",
+                        "message": f"the burn was minted by {minted_by}, not by this node",
                     },
-                )
-        tx, reused = transfers.prepare_transfer(ctx, call)
-        return Prepared(
-            {"chain": tx.chain, "nonce": tx.nonce, "chain_transaction": tx.pk, "reused": reused}
-        )
+                },
+            )
+        return {}
 
-    def _observation(self, ctx: ExecutionContext, look: transfers.Track) -> Observation:
-        observation = super()._observation(ctx, look)
+    def checked(self, ctx: ExecutionContext, look: Track, observation: Observation) -> Observation:
+        if observation.status == ObservedStatus.REORG:
+            # A reorg within confirmations: ``track`` walked the mint back to PENDING and
+            # re-sends its stored bytes (the message's nonce can be received once, so it
+            # cannot mint twice). Nothing is unresolved: the node keeps observing, the reorg
+            # is its evidence and an operator is told (not an UNKNOWN beside the completed
+            # burn, which the table would turn into MANUAL_INTERVENTION).
+            return Observation(
+                ObservedStatus.PENDING,
+                observation.external_ref,
+                {**observation.detail, "walked_back": "reorg within confirmations"},
+            )
         if observation.status not in (ObservedStatus.FAILED, ObservedStatus.UNKNOWN):
             return observation
         # Ours reverted or never landed: if the message was received all the same (another

@@ -142,7 +142,8 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
         for spec in CHAINS:
             name, url = _running(config, env, spec.chain_id)
             if not url:
-                anvil = Anvil(chain_id=spec.chain_id).start()  # automine while deploying
+                # automine while deploying; its finalized block 2 behind the head
+                anvil = Anvil(chain_id=spec.chain_id, finalized_lag=2).start()
                 started.append(anvil.process)
                 ours.append(anvil)
                 name, url = spec.name, anvil.url

@@ -1,10 +1,10 @@
 """ccxt clients for the configured exchange accounts.
 
 Each client is ccxt's own class for the exchange (its signing: Binance's HMAC-SHA256 query
-signature, Upbit's JWT with a SHA-512 query hash) with one addition: every HTTP request takes
-a token of the credential's shared budget first (``ratelimit``), and an answer telling us to
-wait (429, 418) is remembered there for every worker. Clients are kept per thread (a ccxt
-instance is not thread-safe) so markets are loaded once per process, not once per call.
+signature, Upbit's and Bithumb's JWT with a SHA-512 query hash) with one addition: every HTTP
+request takes a token of the credential's shared budget first (``ratelimit``), and an answer
+telling us to wait (429, 418) is remembered there for every worker. Clients are kept per
+thread (a ccxt instance is not thread-safe) so markets are loaded once per process.
 """
 
 import hashlib
@@ -46,14 +46,6 @@ def _moved(api: Any, base: str) -> Any:
     return urlunsplit((target.scheme, target.netloc, target.path + path, "", ""))
 
 
-def _spot_error_tables() -> dict[str, Any]:
-    """ccxt's binance applies its spot/wallet error table only at https://api.binance.com/; at
-    an overridden URL it must be merged into the common table, or -4026 (insufficient
-    balance) would read as a bad request and -4035 (not whitelisted) as a bare error."""
-    spot = ccxt.binance().describe()["exceptions"]["spot"]
-    return {"exact": dict(spot.get("exact", {})), "broad": dict(spot.get("broad", {}))}
-
-
 def _retry_after(exchange: Any, default: float) -> float:
     headers = getattr(exchange, "last_response_headers", None) or {}
     value = headers.get("Retry-After") if hasattr(headers, "get") else None
@@ -72,13 +64,30 @@ def _budgeted(base: type) -> type:
         # How long one request may wait for its token before ``Throttled`` is raised.
         qtg_max_wait = 2.0
 
-        def fetch(self, url, method="GET", headers=None, body=None):
+        # A token taken ahead by ``qtg_reserve`` (spent by the next request).
+        qtg_reserved = False
+
+        def qtg_reserve(self) -> None:
+            """Wait (at most ``qtg_max_wait``) for the next request's token now, so that
+            request leaves without waiting: a withdrawal is stamped and fenced after this,
+            and a wait after the stamp would send it with a window already spent."""
+            if not self.qtg_reserved:
+                self._qtg_take()
+                self.qtg_reserved = True
+
+        def _qtg_take(self) -> None:
             waited = 0.0
             while (wait := ratelimit.take(self.qtg_credential, self.qtg_budget)) > 0:
                 if waited + wait > self.qtg_max_wait:
                     raise Throttled(wait, f"{self.id} request budget of this credential")
                 time.sleep(wait)
                 waited += wait
+
+        def fetch(self, url, method="GET", headers=None, body=None):
+            if self.qtg_reserved:
+                self.qtg_reserved = False
+            else:
+                self._qtg_take()
             try:
                 return super().fetch(url, method, headers, body)
             except (ccxt.DDoSProtection, ccxt.RateLimitExceeded) as exc:
@@ -131,8 +140,7 @@ def client(account: ExchangeAccount) -> Any:
             options["urls"] = {
                 "api": _moved(getattr(ccxt, account.kind)().urls["api"], account.api_url)
             }
-            if account.kind == "binance":
-                options["exceptions"] = _spot_error_tables()
+        options.update(account.dialect.client_options(moved=bool(account.api_url)))
         found = cls(options)
         found.qtg_credential = f"{account.kind}:{credentials.fingerprint}"
         found.qtg_budget = ratelimit.Budget(account.rate_per_second, account.rate_burst)

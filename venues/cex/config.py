@@ -2,7 +2,7 @@
 
     exchanges:
       binance-main:                      # a name of our own
-        kind: binance                    # binance | upbit (the ccxt class and its signing)
+        kind: binance                    # binance | upbit | bithumb (venues/cex/exchanges/)
         api_url: http://127.0.0.1:8765   # optional: every ccxt URL moved onto it (stand-in)
         networks: {ethereum: ETH}        # optional: template network -> the exchange's id
         rate_limit: {per_second: 8, burst: 8}      # optional: the credential's shared budget
@@ -13,6 +13,9 @@
             secret: {file: /run/secrets/binance-treasury}
             visibility_seconds: 120      # how long its history may lag behind a withdrawal
             deposit_addresses: {ethereum: "0x..."}  # optional: else asked of the exchange
+            withdraw_params: {}          # optional: sent with every withdrawal (Bithumb's
+                                         # travel-rule fields: exchange_name, receiver_...)
+            max_skew_seconds: 5          # optional: refuse to withdraw past this clock skew
 
 Keys and secrets are read from where the entry names them when a client is built, kept in
 memory only, and never logged (``Credentials`` hides them from ``repr``).
@@ -27,8 +30,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from qtg.core.venues import canonical_venue
 from venues import conf
+from venues.cex.exchanges import KINDS, Dialect, dialect
 
-KINDS = ("binance", "upbit")
 # The chain names of our templates and the network ids both exchanges use for them.
 DEFAULT_NETWORKS = {
     "ethereum": "ETH",
@@ -37,9 +40,8 @@ DEFAULT_NETWORKS = {
     "bitcoin": "BTC",
 }
 DEFAULT_RATE = {"per_second": 8.0, "burst": 8.0}
-# Who takes the network fee out of what: Binance sends the amount asked for less the fee,
-# Upbit charges the fee on top and sends the amount asked for.
-FEE_DEDUCTED = {"binance": True, "upbit": False}
+# How far the exchange's clock may be from ours before withdrawals are held back.
+DEFAULT_MAX_SKEW_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,21 @@ class ExchangeAccount:
     visibility_seconds: float
     timeout_seconds: float
     deposit_addresses: dict[str, str]
+    withdraw_params: dict[str, Any]
+    max_skew_seconds: float
     api_key_ref: dict[str, Any] = field(repr=False)
     secret_ref: dict[str, Any] = field(repr=False)
 
     @property
+    def dialect(self) -> Dialect:
+        """What this account's exchange can prove and how it is spoken to."""
+        return dialect(self.kind)
+
+    @property
     def fee_deducted(self) -> bool:
-        return FEE_DEDUCTED[self.kind]
+        """Binance sends the amount asked for less the fee; Upbit and Bithumb charge the fee on
+        top and send the amount asked for."""
+        return self.dialect.fee_deducted
 
     def network_id(self, network: str) -> str:
         """The exchange's id of a template's network name (``ethereum`` -> ``ETH``)."""
@@ -134,6 +145,10 @@ def accounts() -> dict[str, ExchangeAccount]:
                 visibility_seconds=float(spec.get("visibility_seconds", 60)),
                 timeout_seconds=float(entry.get("timeout_seconds", 10)),
                 deposit_addresses={str(k).lower(): str(v) for k, v in addresses.items()},
+                withdraw_params=dict(
+                    _mapping(spec.get("withdraw_params"), f"{name}.withdraw_params")
+                ),
+                max_skew_seconds=float(spec.get("max_skew_seconds", DEFAULT_MAX_SKEW_SECONDS)),
                 api_key_ref=spec["api_key"],
                 secret_ref=spec["secret"],
             )

@@ -68,6 +68,12 @@ def told_to_wait(exc: BaseException) -> float | None:
     return None
 
 
+def stamp_refused(exc: BaseException) -> bool:
+    """The exchange refused the request's timestamp (Binance -1021, outside the recvWindow or
+    ahead of its clock) before acting on it: nothing was withdrawn."""
+    return isinstance(exc, ccxt.InvalidNonce)
+
+
 def translate(exc: BaseException, *, phase: str, secrets: tuple[str, ...]) -> ExecutorError:
     """The taxonomy's error for ``exc`` raised by ccxt at ``phase`` (``submit`` or not)."""
     if isinstance(exc, ExecutorError):

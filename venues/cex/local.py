@@ -2,11 +2,12 @@
 process of ``make run``, and the configuration that points the exchange executors at it.
 
 The demo's exchange venues become accounts on it: ``sandbox-exchange-a`` and
-``sandbox-exchange-c`` on its Binance, ``sandbox-exchange-b`` on its Upbit, each holding
-USDC, USDT and ETH. The stand-in's courier plays the chain between them: a withdrawal is
-broadcast a few seconds after it was accepted and credited to the account whose deposit
-address it names, so the demo's exchange to exchange movements finish on their own. (The
-sandbox's fault parameters, ``params.sandbox``, mean nothing to a real exchange.)
+``sandbox-exchange-c`` on its Binance, ``sandbox-exchange-b`` on its Upbit and
+``sandbox-exchange-d`` on its Bithumb, each holding USDC, USDT and ETH. The stand-in's
+courier plays the chain between them: a withdrawal is broadcast a few seconds after it was
+accepted and credited to the account whose deposit address it names, so the demo's exchange
+to exchange movements finish on their own (Upbit -> Bithumb: ``local-cex-2``). The
+sandbox's fault parameters, ``params.sandbox``, mean nothing to a real exchange.
 """
 
 import logging
@@ -27,6 +28,16 @@ DEMO_ACCOUNTS = {
     "sandbox-exchange-a": ("binance", "QTG_LOCAL_EXCHANGE_A"),
     "sandbox-exchange-b": ("upbit", "QTG_LOCAL_EXCHANGE_B"),
     "sandbox-exchange-c": ("binance", "QTG_LOCAL_EXCHANGE_C"),
+    "sandbox-exchange-d": ("bithumb", "QTG_LOCAL_EXCHANGE_D"),
+}
+# What Bithumb asks of a withdrawal to another exchange (its travel-rule fields).
+WITHDRAW_PARAMS = {
+    "bithumb": {
+        "exchange_name": "local",
+        "receiver_type": "personal",
+        "receiver_ko_name": "QTG",
+        "receiver_en_name": "QTG",
+    }
 }
 DEMO_BALANCES = {"USDC": "1000000", "USDT": "1000000", "ETH": "100"}
 # Seconds the local chain takes to carry a withdrawal to its destination.
@@ -60,6 +71,7 @@ def exchanges_config(base_url: str, standin: dict[str, dict[str, Any]]) -> dict[
             "api_key": {"env": f"{prefix}_API_KEY"},
             "secret": {"env": f"{prefix}_SECRET"},
             "visibility_seconds": VISIBILITY_SECONDS,
+            **({"withdraw_params": WITHDRAW_PARAMS[kind]} if kind in WITHDRAW_PARAMS else {}),
         }
     return {"version": 1, "exchanges": exchanges}
 

@@ -11,8 +11,17 @@ from typing import Any
 from venues.ethlib import Web3
 from venues.evm.config import EvmChain
 
-ALREADY_KNOWN = ("already known", "already imported", "known transaction", "alreadyknown")
+ALREADY_KNOWN = (
+    "already known",
+    "already imported",
+    "known transaction",
+    "alreadyknown",
+    "existing tx with same hash",  # Erigon
+)
 NONCE_USED = ("nonce too low", "nonce is too low", "oldnonce")
+# A nonce above the sender's next one, refused by nodes that keep no future queue (Hardhat's
+# automine): the gap below it is being filled; nothing to page about.
+NONCE_AHEAD = ("nonce too high", "nonce is too high", "future nonce", "nonce gap")
 UNDERPRICED = ("underpriced", "less than block base fee", "fee cap less than", "too low to")
 
 _clients: dict[tuple[str, float], Web3] = {}
@@ -20,8 +29,23 @@ _lock = threading.Lock()
 
 
 def web3_for(chain: EvmChain) -> Web3:
-    """The process's web3 client for ``chain`` (its URL read from the named env variable)."""
-    key = (chain.rpc_url, chain.rpc_timeout_seconds)
+    """The process's web3 client for ``chain``'s primary endpoint (its URL read from the
+    named env variable)."""
+    return _client_for(chain.rpc_url, chain.rpc_timeout_seconds)
+
+
+def web3_endpoints(chain: EvmChain) -> list[tuple[str, Web3]]:
+    """Every endpoint of ``chain`` as (its URL variable, its client), the primary first."""
+    from venues import conf
+
+    return [
+        (env, _client_for(conf.rpc_url(chain.name, env), chain.rpc_timeout_seconds))
+        for env in chain.endpoint_envs
+    ]
+
+
+def _client_for(url: str, timeout: float) -> Web3:
+    key = (url, timeout)
     with _lock:
         client = _clients.get(key)
         if client is None:
@@ -29,7 +53,7 @@ def web3_for(chain: EvmChain) -> Web3:
             # (a read is asked again later, a send is looked up by hash).
             provider = Web3.HTTPProvider(
                 key[0],
-                request_kwargs={"timeout": chain.rpc_timeout_seconds},
+                request_kwargs={"timeout": timeout},
                 exception_retry_configuration=None,
             )
             client = Web3(provider)

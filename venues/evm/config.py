@@ -5,14 +5,27 @@
       ethereum:
         kind: evm
         chain_id: 1
-        rpc_url_env: QTG_ETHEREUM_RPC_URL      # the URL is in this env variable
-        confirmations: 12                      # finality: head - inclusion + 1 >= this
+        rpc_url_env: QTG_ETHEREUM_RPC_URL      # the URL is in this env variable (primary:
+                                               # sends and reads go there)
+        rpc_endpoints: [QTG_ETHEREUM_RPC_URL_B]  # optional: more endpoints (their env
+                                               # variables), asked before any absence is
+                                               # concluded: a receipt at any of them is mined
+        max_head_lag_blocks: 3                 # optional (3): an endpoint whose head is more
+                                               # behind the highest is lagging, not asked
+        finality: tag                          # FINALIZED at the node's `finalized` block
+        # finality: {depth: 64, reason: "..."}     for a chain whose tag is not trusted
+        # finality: {tag: true, depth: 12, reason: "..."}   both (the later of the two)
+        # (a legacy `confirmations: N` without `finality` means tag + depth N)
+        post_final_watch: 3600                 # optional: seconds a FINALIZED transaction
+                                               # is still looked at (default 0)
         block_seconds: 12
         replace_after_seconds: 180             # PENDING longer than this: fee bump
         max_fee_gwei: 300                      # fee cap: no bump above it (attention instead)
         priority_fee_gwei: 1.5                 # optional (default 1)
         fee_bump_percent: 12.5                 # optional (default 12.5, at least 10)
         broadcast_window_seconds: 60           # optional: not seen by then -> re-broadcast
+        unsigned_release_seconds: 120          # optional: a nonce held unsigned that long by a
+                                               # live node, with later nonces waiting, is filled
         rpc_timeout_seconds: 10                # optional
         native: {symbol: ETH, decimals: 18}    # optional (default ETH, 18)
         tokens:
@@ -61,6 +74,58 @@ class Asset:
 
 
 @dataclass(frozen=True)
+class Finality:
+    """When a transaction in block ``number`` is final on a chain, by reviewed policy: at the
+    chain's own ``finalized`` block (``tag``), at a depth (``depth``: head - number + 1 >=
+    depth, with the ``reason`` the chain's tag is not trusted), or both."""
+
+    tag: bool
+    depth: int  # 0: no depth required
+    reason: str = ""
+
+    def reached(self, *, number: int, head: int, finalized: int | None) -> bool:
+        if self.tag and (finalized is None or number > finalized):
+            return False
+        return not self.depth or head - number + 1 >= self.depth
+
+    def describe(self) -> str:
+        parts = (["the finalized block"] if self.tag else []) + (
+            [f"{self.depth} confirmations"] if self.depth else []
+        )
+        return " and ".join(parts)
+
+
+def parse_finality(entry: dict[str, Any], what: str) -> Finality:
+    """``finality: tag`` | ``{depth: N, reason}`` | ``{tag: true, depth: N, reason}``; absent:
+    the legacy ``confirmations: N`` as tag + depth N, or ``tag`` alone."""
+    value = entry.get("finality")
+    if value is None:
+        if "confirmations" in entry:
+            depth = _int(entry, "confirmations", what, minimum=1)
+            return Finality(True, depth, "confirmations: the finalized block and this depth")
+        return Finality(True, 0)
+    if value == "tag":
+        return Finality(True, 0)
+    if not isinstance(value, dict) or set(value) - {"tag", "depth", "reason"}:
+        raise ImproperlyConfigured(
+            f"{what}: finality must be 'tag', {{depth: N, reason: ...}} or "
+            f"{{tag: true, depth: N, reason: ...}} (got {value!r})"
+        )
+    tag = value.get("tag", False)
+    if not isinstance(tag, bool):
+        raise ImproperlyConfigured(f"{what}: finality tag must be true or false")
+    depth = _int(value, "depth", f"{what} finality", minimum=1) if "depth" in value else 0
+    reason = str(value.get("reason") or "").strip()
+    if not depth and not tag:
+        raise ImproperlyConfigured(f"{what}: finality needs the tag, a depth, or both")
+    if depth and not reason:
+        raise ImproperlyConfigured(
+            f"{what}: a finality depth needs a reason (why the chain's finalized tag is not enough)"
+        )
+    return Finality(tag, depth, reason)
+
+
+@dataclass(frozen=True)
 class Account:
     name: str
     address: str
@@ -72,17 +137,35 @@ class EvmChain:
     name: str
     chain_id: int
     rpc_url_env: str
-    confirmations: int
+    finality: Finality
+    post_final_watch: float  # seconds a FINALIZED transaction is still looked at
     block_seconds: float
     replace_after_seconds: float
     max_fee_wei: int
     priority_fee_wei: int
     fee_bump_percent: Decimal
     broadcast_window_seconds: float
+    # A live node holding a nonce unsigned (CREATED) longer than this while later nonces of
+    # the sender wait: the nonce is filled and the node takes a new one when it signs.
+    unsigned_release_seconds: float
     rpc_timeout_seconds: float
     native: Asset
     tokens: dict[str, Asset]
     accounts: dict[str, Account]
+    # The other endpoints' URL variables (the primary is ``rpc_url_env``) and how far behind
+    # the highest head an endpoint may be before it is lagging (not asked for conclusions).
+    rpc_endpoints: tuple[str, ...] = ()
+    max_head_lag_blocks: int = 3
+
+    @property
+    def endpoint_envs(self) -> tuple[str, ...]:
+        """Every endpoint's URL variable, the primary first."""
+        return (self.rpc_url_env, *self.rpc_endpoints)
+
+    @property
+    def confirmations(self) -> int:
+        """The depth the finality policy requires (0: the finalized tag alone)."""
+        return self.finality.depth
 
     @property
     def rpc_url(self) -> str:
@@ -164,6 +247,13 @@ def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
     if bump < MIN_BUMP_PERCENT:
         raise ImproperlyConfigured(f"{what}: fee_bump_percent must be at least {MIN_BUMP_PERCENT}")
     native = entry.get("native") or {"symbol": "ETH", "decimals": 18}
+    more = entry.get("rpc_endpoints") or []
+    if not isinstance(more, list) or not all(isinstance(v, str) and v for v in more):
+        raise ImproperlyConfigured(
+            f"{what}: rpc_endpoints must be a list of environment variable names"
+        )
+    if len(set(more) | {entry["rpc_url_env"]}) != len(more) + 1:
+        raise ImproperlyConfigured(f"{what}: an RPC endpoint is listed twice")
     accounts: dict[str, Account] = {}
     for account_name, account in (entry.get("accounts") or {}).items():
         if not isinstance(account, dict) or not Web3.is_address(account.get("address") or ""):
@@ -177,7 +267,8 @@ def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
         name=name,
         chain_id=_int(entry, "chain_id", what, minimum=1),
         rpc_url_env=entry["rpc_url_env"],
-        confirmations=_int(entry, "confirmations", what, minimum=1),
+        finality=parse_finality(entry, what),
+        post_final_watch=float(_decimal(entry, "post_final_watch", what, 0)),
         block_seconds=block_seconds,
         replace_after_seconds=float(_decimal(entry, "replace_after_seconds", what)),
         max_fee_wei=int(_decimal(entry, "max_fee_gwei", what) * GWEI),
@@ -186,6 +277,7 @@ def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
         broadcast_window_seconds=float(
             _decimal(entry, "broadcast_window_seconds", what, max(5.0, 3 * block_seconds))
         ),
+        unsigned_release_seconds=float(_decimal(entry, "unsigned_release_seconds", what, 120)),
         rpc_timeout_seconds=float(_decimal(entry, "rpc_timeout_seconds", what, 10)),
         native=_asset(str(native.get("symbol", "ETH")), {**native, "address": ""}, what),
         tokens={
@@ -193,6 +285,10 @@ def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
             for symbol, token in (entry.get("tokens") or {}).items()
         },
         accounts=accounts,
+        rpc_endpoints=tuple(more),
+        max_head_lag_blocks=(
+            _int(entry, "max_head_lag_blocks", what) if "max_head_lag_blocks" in entry else 3
+        ),
     )
 
 

@@ -1,14 +1,18 @@
-"""The EVM executors: ``evm_transfer`` (native coin or ERC-20, signed by QTG) and the real
-``chain_tx_observe`` (an upstream node's transaction watched to the chain's finality).
+"""The EVM executors: ``evm_transfer`` (native coin or ERC-20, signed by QTG: a
+``venues.evm.tx.ChainAction``) and the real ``chain_tx_observe`` (an upstream node's
+transaction watched to the chain's finality).
 
 They never write node state: the worker maps what they return. A node reaches COMPLETED only
 when one of its transactions is FINALIZED by the chain's policy (``venues/chains.yaml``).
 """
 
+from contextlib import suppress
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 from movements.executors.base import (
     DeterministicError,
@@ -17,30 +21,25 @@ from movements.executors.base import (
     NodeSpec,
     Observation,
     ObservedStatus,
-    Prepared,
-    RecoveredOutcome,
-    Recovery,
-    Signed,
-    Submitted,
     TransientError,
 )
 from movements.executors.registry import register
 from venues.evm import client
 from venues.evm.config import EvmChain, evm_chain
-from venues.evm.transfers import (
+from venues.evm.endpoints import sighting_elsewhere
+from venues.evm.facts import check_decimals
+from venues.evm.tx import (
+    ACTOR,
+    ChainAction,
     Track,
     Transfer,
-    broadcast_transfer,
+    finalized_block,
     moved,
-    node_transactions,
-    prepare_transfer,
     resolve_transfer,
-    sign_stored,
-    signer_of,
-    track,
     transaction_by_hash,
 )
 from venues.models import TxState
+from venues.transactions import chain_transaction_transition
 
 S = TxState
 
@@ -81,18 +80,11 @@ def _ctx_transfer(ctx: ExecutionContext) -> Transfer:
 
 
 @register("evm_transfer", provider="venues")
-class EvmTransfer(Executor):
+class EvmTransfer(ChainAction):
     """Send ``amount`` of ``asset`` (the chain's native coin or a configured ERC-20) from a
     configured account to an address or another configured account."""
 
     needs_upstream = False
-    external_ref_name = "transaction hash"
-
-    def visibility_window(self, ctx: ExecutionContext) -> float:
-        try:
-            return _chain(ctx.config).broadcast_window_seconds
-        except DeterministicError:
-            return self.visibility_seconds
 
     def validate(self, spec: NodeSpec) -> None:
         chain = _chain(spec.config)
@@ -104,110 +96,29 @@ class EvmTransfer(Executor):
             destination=spec.destination,
             config=spec.config,
         )
+        # A chain that does not answer now is checked again before a nonce is taken.
+        with suppress(TransientError):
+            check_decimals(chain, chain.asset(spec.asset))
 
-    def prepare(self, ctx: ExecutionContext) -> Prepared:
-        transfer = _ctx_transfer(ctx)
-        tx, reused = prepare_transfer(ctx, transfer)
-        return Prepared(
-            {
-                "chain": transfer.chain.name,
-                "chain_tx_id": tx.pk,
-                "nonce": tx.nonce,
-                "sender": transfer.sender,
-                "recipient": transfer.recipient,
-                "units": str(transfer.units),
-                "reused_transaction": reused,
-            }
-        )
+    def call(self, ctx: ExecutionContext) -> Transfer:
+        return _ctx_transfer(ctx)
 
-    def sign(self, ctx: ExecutionContext) -> Signed:
-        transfer = _ctx_transfer(ctx)
-        txs = node_transactions(ctx.node_id)
-        if not txs:
-            raise TransientError("nothing prepared to sign yet")
-        original = txs[0]
-        reused = original.state != S.CREATED
-        tx = sign_stored(original, signer_of(transfer))
-        return Signed(
-            tx.raw_signed, {"tx_hash": tx.tx_hash, "nonce": tx.nonce, "re_used_bytes": reused}
-        )
-
-    def submit(self, ctx: ExecutionContext) -> Submitted:
-        chain = _chain(ctx.config)
-        if not ctx.signed_payload:
-            raise DeterministicError("no signed transaction to broadcast")
-        tx_hash = client.Web3.keccak(hexstr=ctx.signed_payload).to_0x_hex()
-        tx = transaction_by_hash(chain.name, tx_hash)
-        if tx is None or tx.raw_signed != ctx.signed_payload:
-            raise DeterministicError(f"the signed payload {tx_hash} is not a stored transaction")
-        sent = broadcast_transfer(tx)
-        return Submitted(
-            tx.tx_hash,
-            detail={"tx_hash": tx.tx_hash, "chain": chain.name, "nonce": tx.nonce, **_rpc(sent)},
-        )
-
-    def observe(self, ctx: ExecutionContext) -> Observation:
-        transfer = _ctx_transfer(ctx)
-        return _observation(ctx, track(ctx.node_id), transfer)
-
-    def recover(self, ctx: ExecutionContext) -> Recovery:
-        transfer = _ctx_transfer(ctx)
-        txs = node_transactions(ctx.node_id)
-        if not txs or all(tx.state == S.CREATED for tx in txs):
-            return Recovery(
-                RecoveredOutcome.FAILED,
-                detail={"finding": "nothing was signed, so nothing was broadcast"},
-            )
-        result = track(ctx.node_id)
-        original = txs[0].tx_hash
-        observation = _observation(ctx, result, transfer)
-        detail = {"finding": result.status, **observation.detail}
-        if observation.status == ObservedStatus.COMPLETED:
-            return Recovery(RecoveredOutcome.COMPLETED, observation.external_ref, detail)
-        if observation.status == ObservedStatus.FAILED:
-            return Recovery(RecoveredOutcome.FAILED, observation.external_ref, detail)
-        if result.status == "dropped":
-            # Its nonce was used by a transaction QTG did not sign: this transfer can never
-            # happen (the worker still waits out the visibility window and asks twice).
-            return Recovery(RecoveredOutcome.FAILED, original, detail)
-        if result.status == "waiting" and (
-            result.winner is not None or "broadcast_refused" not in result.detail
-        ):
-            # The network has it (mined, in the mempool, or just handed the stored bytes).
-            return Recovery(RecoveredOutcome.SUBMITTED, original, detail)
-        return Recovery(RecoveredOutcome.UNRESOLVED, original, detail)
-
-
-def _rpc(sent: Any) -> dict[str, Any]:
-    return {"rpc": sent.outcome} if sent.outcome != "sent" else {}
-
-
-def _observation(ctx: ExecutionContext, result: Track, transfer: Transfer) -> Observation:
-    detail = result.summary()
-    original = result.original.tx_hash if result.original is not None else ctx.external_ref
-    if result.reorg:
-        return Observation(ObservedStatus.REORG, ctx.external_ref or original, detail)
-    if result.status == "finalized":
-        winner = result.winner
-        chain = transfer.chain
-        mismatch = moved(client.web3_for(chain), result.receipt, transfer)
-        if mismatch is not None:
-            detail["attention"] = {
+    def checked(self, ctx: ExecutionContext, look: Track, observation: Observation) -> Observation:
+        """A final transfer must have moved what was asked (read from its receipt)."""
+        if observation.status != ObservedStatus.COMPLETED:
+            return observation
+        transfer = self.call(ctx)
+        mismatch = moved(client.web3_for(transfer.chain), look.receipt, transfer)
+        if mismatch is None:
+            return observation
+        detail = {
+            **observation.detail,
+            "attention": {
                 "reason": "venue",
-                "message": f"{winner.tx_hash} did not move what was asked: {mismatch}",
-            }
-            return Observation(ObservedStatus.FAILED, winner.tx_hash, detail)
-        replaced = winner.tx_hash != (ctx.external_ref or original)
-        if replaced:
-            detail["replaced"] = ctx.external_ref or original
-        detail["fee_paid_wei"] = str(winner.fee_paid) if winner.fee_paid is not None else None
-        return Observation(ObservedStatus.COMPLETED, winner.tx_hash, detail, replaced=replaced)
-    if result.status == "failed":
-        detail["finding"] = "the transaction reverted (its fee is spent, nothing moved)"
-        return Observation(ObservedStatus.FAILED, result.winner.tx_hash, detail)
-    if result.status == "dropped":
-        return Observation(ObservedStatus.UNKNOWN, ctx.external_ref or original, detail)
-    return Observation(ObservedStatus.PENDING, ctx.external_ref or original, detail)
+                "message": f"{look.winner.tx_hash} did not move what was asked: {mismatch}",
+            },
+        }
+        return Observation(ObservedStatus.FAILED, look.winner.tx_hash, detail)
 
 
 @register("evm_transfer_observe", provider="venues")
@@ -218,6 +129,20 @@ class ChainTxObserve(Executor):
 
     def validate(self, spec: NodeSpec) -> None:
         _chain(spec.config)
+
+    @property
+    def stuck_after_seconds(self) -> float:
+        """The usual wait plus the longest ``post_final_watch`` of the configured chains: a
+        node watching a final transaction is not stuck."""
+        from django.conf import settings
+
+        from venues.evm.config import evm_chains
+
+        try:
+            watches = [chain.post_final_watch for chain in evm_chains().values()]
+        except ImproperlyConfigured:
+            watches = []
+        return float(settings.QTG_STUCK_AFTER_SECONDS) + max(watches, default=0.0)
 
     def visibility_window(self, ctx: ExecutionContext) -> float:
         try:
@@ -243,6 +168,17 @@ class ChainTxObserve(Executor):
                 raise TransientError(f"receipt of {tx_hash}: {exc}"[:500]) from exc
             raise
         seen_block = str(ctx.result.get("block_hash") or "")
+        final_since = str(ctx.result.get("final_since") or "")
+        if final_since and (receipt is None or receipt["blockHash"].to_0x_hex() != seen_block):
+            elsewhere = sighting_elsewhere(chain, tx_hash, seen_block)
+            if elsewhere is None:
+                return final_reorg(w3, chain, ctx, tx_hash, receipt, head=head)
+            # The primary endpoint does not serve it; another still does, in its block.
+            return Observation(
+                ObservedStatus.PENDING,
+                tx_hash,
+                {"waiting_for": "the primary endpoint to serve the receipt", **elsewhere},
+            )
         if receipt is None:
             if seen_block:
                 evidence = {"tx_hash": tx_hash, "old_block_hash": seen_block, "head": head}
@@ -266,7 +202,7 @@ class ChainTxObserve(Executor):
             "block_number": int(receipt["blockNumber"]),
             "block_hash": block_hash,
             "confirmations": confirmations,
-            "required": chain.confirmations,
+            "required": chain.finality.describe(),
             "status": int(receipt["status"]),
         }
         if seen_block and seen_block != block_hash:
@@ -276,7 +212,17 @@ class ChainTxObserve(Executor):
             }
             detail["old_block_hash"] = seen_block
             return Observation(ObservedStatus.REORG, tx_hash, detail)
-        if confirmations < chain.confirmations:
+        checkpoint = None
+        if not chain.finality.depth or confirmations >= chain.finality.depth:
+            checkpoint = finalized_block(w3, chain)
+            detail["finalized_block"] = checkpoint
+        if (chain.finality.depth and confirmations < chain.finality.depth) or not (
+            chain.finality.reached(
+                number=int(receipt["blockNumber"]),
+                head=head,
+                finalized=checkpoint["number"] if checkpoint else None,
+            )
+        ):
             return Observation(ObservedStatus.PENDING, tx_hash, detail)
         if int(receipt["status"]) != 1:
             return Observation(ObservedStatus.FAILED, tx_hash, detail)
@@ -293,7 +239,113 @@ class ChainTxObserve(Executor):
             if mismatch is not None:
                 detail["mismatch"] = mismatch
                 return Observation(ObservedStatus.FAILED, tx_hash, detail)
-        return Observation(ObservedStatus.COMPLETED, tx_hash, detail)
+        _final_again(chain, tx_hash, detail)
+        return _watched(chain, ctx, tx_hash, detail)
+
+
+def _final_again(chain: EvmChain, tx_hash: str, detail: dict[str, Any]) -> None:
+    """QTG's record of a transaction a final reorg walked back, final again (re-included and
+    final by the policy): PENDING -> CONFIRMED -> FINALIZED with this look's evidence, and a
+    new ledger entry (the node that signed it has ended: nothing else looks at it)."""
+    tx = transaction_by_hash(chain.name, tx_hash)
+    if (
+        tx is None
+        or tx.state != S.PENDING
+        or not tx.events.filter(evidence__has_key="final_reorg").exists()
+    ):
+        return
+    evidence = {"walked_back": "final again after a final reorg", **detail}
+    fields = {
+        "block_number": detail["block_number"],
+        "block_hash": detail["block_hash"],
+        "confirmations": detail["confirmations"],
+    }
+    for state in (S.CONFIRMED, S.FINALIZED):
+        tx = chain_transaction_transition(
+            chain_transaction_id=tx.pk,
+            to_state=state,
+            actor=ACTOR,
+            expected=[tx.state],
+            evidence=evidence,
+            fields=fields,
+        )
+
+
+def _watched(chain: EvmChain, ctx: ExecutionContext, tx_hash: str, detail: dict[str, Any]):
+    """Final by the policy: COMPLETED once the chain's ``post_final_watch`` has passed since
+    finality was first seen; until then the node keeps looking (the movement is not
+    COMPLETED, its reservation stays HELD: COMPLETED has no way back in the spec's table,
+    so the watch comes before it)."""
+    now = timezone.now()
+    since = ctx.result.get("final_since")
+    first = datetime.fromisoformat(since) if since else now
+    detail["final_since"] = first.isoformat()
+    until = first + timedelta(seconds=chain.post_final_watch)
+    if now < until:
+        detail["waiting_for"] = f"the post-final watch of {chain.name} (until {until.isoformat()})"
+        detail["watch_until"] = until.isoformat()
+        return Observation(ObservedStatus.PENDING, tx_hash, detail)
+    detail["watched_seconds"] = chain.post_final_watch
+    return Observation(ObservedStatus.COMPLETED, tx_hash, detail)
+
+
+def final_reorg(
+    w3: Any, chain: EvmChain, ctx: ExecutionContext, tx_hash: str, receipt: Any, *, head: int
+) -> Observation:
+    """A transaction final by the policy is gone from the canonical chain (or in another
+    block) while it is watched: the chain contradicted its finality. QTG's record of it walks
+    back FINALIZED -> PENDING (its ledger entry compensated, append-only), an operator is
+    paged (``final_reorg``) and the node goes UNKNOWN, so the movement reaches
+    MANUAL_INTERVENTION with its reservation HELD."""
+    evidence: dict[str, Any] = {
+        "tx_hash": tx_hash,
+        "old_block_hash": ctx.result.get("block_hash"),
+        "old_block_number": ctx.result.get("block_number"),
+        "final_since": ctx.result.get("final_since"),
+        "head": head,
+        "now_in_block": receipt["blockHash"].to_0x_hex() if receipt is not None else None,
+        "policy": chain.finality.describe(),
+    }
+    with suppress(TransientError):
+        evidence["finalized_block"] = _checkpoint(w3)
+    tx = transaction_by_hash(chain.name, tx_hash)
+    if tx is not None and tx.state == S.FINALIZED:
+        chain_transaction_transition(
+            chain_transaction_id=tx.pk,
+            to_state=S.PENDING,
+            actor=ACTOR,
+            expected=[S.FINALIZED],
+            evidence={"final_reorg": evidence},
+            fields={"block_number": None, "block_hash": "", "confirmations": 0},
+        )
+        evidence["chain_transaction"] = tx.pk
+    where = "is in another block" if receipt is not None else "left the canonical chain"
+    message = (
+        f"{tx_hash}, final on {chain.name} by the policy ({chain.finality.describe()}) at "
+        f"block {evidence['old_block_number']}, {where}: the money may not have moved; "
+        "its ledger entry is compensated"
+    )
+    return Observation(
+        ObservedStatus.REORG,
+        tx_hash,
+        {
+            **evidence,
+            "block_hash": "",
+            "final_since": "",
+            "final_reorg": True,
+            "attention": {"reason": "final_reorg", "message": message},
+        },
+    )
+
+
+def _checkpoint(w3: Any) -> dict[str, Any]:
+    try:
+        block = w3.eth.get_block("finalized")
+    except Exception as exc:
+        if client.is_network_error(exc) or client.rpc_message(exc):
+            raise TransientError(f"finalized block: {exc}"[:500]) from exc
+        raise
+    return {"number": int(block["number"]), "hash": block["hash"].to_0x_hex()}
 
 
 # The chain nodes of the other templates (``chain_tx_observe``, also provided by the sandbox)

@@ -1,8 +1,10 @@
 """A worker process that dies at a chosen point of a transfer (the exactly-once tests kill a
 real worker between signing and broadcasting, and between broadcasting and recording it).
 
-``QTG_EVM_CRASH_AT=<point>`` in a worker's environment makes it SIGKILL itself there. It is
-ignored under ``QTG_VENUES=live``: no production process can be told to die this way.
+``QTG_EVM_CRASH_AT=<point>`` in a worker's environment makes it SIGKILL itself there;
+``QTG_EVM_PAUSE_AT=<point>`` makes it stop itself there (SIGSTOP: a worker paused past its
+lease, until the test sends SIGCONT). Both are ignored under ``QTG_VENUES=live``: no
+production process can be told to die or stop this way.
 """
 
 import os
@@ -16,5 +18,9 @@ POINTS = ("after_sign", "before_broadcast", "after_broadcast")
 def crash_point(name: str) -> None:
     if name not in POINTS:
         raise ValueError(f"no crash point {name!r}")
-    if os.environ.get("QTG_EVM_CRASH_AT") == name and settings.QTG_VENUES != "live":
+    if settings.QTG_VENUES == "live":
+        return
+    if os.environ.get("QTG_EVM_CRASH_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("QTG_EVM_PAUSE_AT") == name:
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -64,6 +64,9 @@ class SolanaChain:
     rpc_timeout_seconds: float
     tokens: dict[str, Token]
     accounts: dict[str, Account]
+    # Seconds a FINALIZED transaction is still looked at by the observe node before it
+    # completes (a finalized signature that vanishes meanwhile: ``final_reorg``).
+    post_final_watch: float = 0.0
 
     @property
     def rpc_url(self) -> str:
@@ -148,7 +151,15 @@ def parse_chain(name: str, entry: dict[str, Any]) -> SolanaChain:
         rpc_timeout_seconds=float(entry.get("rpc_timeout_seconds", 10)),
         tokens=tokens,
         accounts=accounts,
+        post_final_watch=_watch(name, entry),
     )
+
+
+def _watch(name: str, entry: dict[str, Any]) -> float:
+    value = entry.get("post_final_watch", 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise _fail(name, "post_final_watch must be a number of seconds >= 0")
+    return float(value)
 
 
 def solana_chains() -> dict[str, SolanaChain]:

@@ -10,6 +10,7 @@ blockhash. The observe node then waits for the ``final`` commitment: the finalit
 """
 
 from contextlib import suppress
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -72,6 +73,21 @@ def _transfer(config: dict[str, Any], asset: str, amount, source: str, destinati
     return records.Transfer(chain, account, token, recipient, amount, units)
 
 
+def check_mint_decimals(chain, token) -> None:
+    """An SPL token's mint on chain has the configured ``decimals``, else DeterministicError
+    naming both (refused at create, nothing sent)."""
+    if token.native:
+        return
+    found = _rpc(chain).mint_decimals(token.mint, chain.blockhash_commitment)
+    if found is None:
+        raise DeterministicError(f"{token.asset} on {chain.name}: no mint account {token.mint}")
+    if found != token.decimals:
+        raise DeterministicError(
+            f"{token.asset} on {chain.name}: the mint {token.mint} has {found} decimals, "
+            f"the reviewed config says {token.decimals}; refused until the config is corrected"
+        )
+
+
 def _from_ctx(ctx: ExecutionContext) -> records.Transfer:
     return _transfer(ctx.config, ctx.asset, ctx.amount, ctx.source, ctx.destination)
 
@@ -81,7 +97,11 @@ class SolanaTransfer(Executor):
     external_ref_name = "transaction signature"
 
     def validate(self, spec: NodeSpec) -> None:
-        _transfer(spec.config, spec.asset, spec.amount, spec.source, spec.destination)
+        transfer = _transfer(spec.config, spec.asset, spec.amount, spec.source, spec.destination)
+        # The mint's decimals from the chain must be the reviewed config's (a chain that does
+        # not answer now: the token program's transfer_checked refuses a mismatch anyway).
+        with suppress(RpcUnavailable):
+            check_mint_decimals(transfer.chain, transfer.token)
 
     def sign(self, ctx: ExecutionContext) -> Signed:
         transfer = _from_ctx(ctx)
@@ -116,6 +136,8 @@ class SolanaTransfer(Executor):
         record = records.transaction_by_signature(transfer.chain.name, signed.signature)
         if record is None:
             raise DeterministicError(f"no chain transaction recorded for {signed.signature}")
+        # The send leaves only while this worker holds the node's lease (LeaseLost: not sent).
+        ctx.fence(transfer.chain.rpc_timeout_seconds)
         record = records.mark_broadcast(record)
         try:
             _rpc(transfer.chain).send(
@@ -266,12 +288,79 @@ class SolanaTransferObserve(Executor):
             raise TransientError(str(exc)) from None
         record = records.record_seen(record, seen, final=chain.final_commitment)
         detail = _detail(record.tx_hash, seen)
+        if seen.landed_slot is None and ctx.result.get("final_since"):
+            return _final_gone(chain, ctx, record, seen, detail)
         if seen.landed_slot is None:
             # Landed once (the transfer completed on it) and now in no block: a reorg.
             return Observation(ObservedStatus.REORG, record.tx_hash, detail)
         state = fate(seen, wanted=chain.final_commitment)
         if state == Fate.SETTLED:
-            return Observation(ObservedStatus.COMPLETED, record.tx_hash, detail)
+            return _watched(chain, ctx, record.tx_hash, detail)
         if state == Fate.FAILED:
             return Observation(ObservedStatus.FAILED, record.tx_hash, detail)
         return Observation(ObservedStatus.PENDING, detail=detail)
+
+
+def _watched(chain, ctx: ExecutionContext, signature: str, detail: dict[str, Any]) -> Observation:
+    """Final at the chain's final commitment: COMPLETED once the chain's ``post_final_watch``
+    has passed since finality was first seen (as on EVM chains); until then the node keeps
+    looking, the movement is not COMPLETED and its reservation stays HELD."""
+    now = timezone.now()
+    since = ctx.result.get("final_since")
+    first = datetime.fromisoformat(since) if since else now
+    detail["final_since"] = first.isoformat()
+    until = first + timedelta(seconds=chain.post_final_watch)
+    if now < until:
+        detail["waiting_for"] = f"the post-final watch of {chain.name} (until {until.isoformat()})"
+        detail["watch_until"] = until.isoformat()
+        return Observation(ObservedStatus.PENDING, signature, detail)
+    detail["watched_seconds"] = chain.post_final_watch
+    return Observation(ObservedStatus.COMPLETED, signature, detail)
+
+
+def _final_gone(chain, ctx: ExecutionContext, record, seen: Seen, detail) -> Observation:
+    """A signature final by the chain's commitment answers no status while it is watched. A
+    status view behind its landing slot proves nothing (it lags: looked at again); a null
+    answer whose context slot covers the landing slot contradicts finality: QTG's record
+    walks back FINALIZED -> PENDING (its ledger entry compensated, append-only), an operator
+    is paged (``final_reorg``) and the node goes UNKNOWN, so the movement reaches
+    MANUAL_INTERVENTION with its reservation HELD."""
+    landed = record.block_number
+    covered = seen.status_slot is not None and landed is not None and seen.status_slot >= landed
+    if not covered:
+        return Observation(
+            ObservedStatus.PENDING,
+            record.tx_hash,
+            {
+                **detail,
+                "final_since": ctx.result.get("final_since"),
+                "waiting_for": "the status view to reach the finalized signature's slot "
+                f"{landed} (it answers at {seen.status_slot})",
+            },
+        )
+    evidence = {
+        "signature": record.tx_hash,
+        "landed_slot": landed,
+        "status_context_slot": seen.status_slot,
+        "final_slot": seen.final_slot,
+        "final_since": ctx.result.get("final_since"),
+        "policy": chain.final_commitment,
+    }
+    if record.state == TxState.FINALIZED:
+        records.walk_back_final(record, evidence)
+    message = (
+        f"{record.tx_hash}, final on {chain.name} ({chain.final_commitment}) in slot {landed}, "
+        "is no longer on the chain: the money may not have moved; its ledger entry is "
+        "compensated"
+    )
+    return Observation(
+        ObservedStatus.REORG,
+        record.tx_hash,
+        {
+            **detail,
+            **evidence,
+            "final_since": "",
+            "final_reorg": True,
+            "attention": {"reason": "final_reorg", "message": message},
+        },
+    )

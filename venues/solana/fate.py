@@ -7,16 +7,20 @@ matters: a status read *after* the height could miss a landing that happened in 
 - a status at or past ``wanted``: landed deep enough, and FAILED if it carries an error
   (fees paid, nothing moved);
 - a shallower status: landed, not yet deep enough;
-- no status, the finalized block height past the blockhash's last valid height, and the node
-  calling the blockhash invalid: EXPIRED. No block from here on may include it, and every
-  block up to that height is final and does not: it can never land.
+- no status, the finalized block height past the blockhash's last valid height, the node
+  calling the blockhash invalid, AND the null status answered at a context slot at or past
+  the finalized slot where that height was read: EXPIRED. No block from there on may include
+  it, and the status view covers every block up to it: it can never land. A status view that
+  lags (its context slot behind that point) proves nothing: PENDING.
 - otherwise PENDING: it may still land; re-sending the same bytes is safe (one signature).
 """
 
 from dataclasses import dataclass
 from enum import StrEnum
 
-COMMITMENTS = ("processed", "confirmed", "finalized")
+from venues.solana.family import SOLANA
+
+COMMITMENTS = SOLANA.finality  # the family's finality vocabulary, weakest first
 
 
 class Fate(StrEnum):
@@ -39,6 +43,8 @@ class Seen:
     last_valid_block_height: int
     confirmations: int | None = None  # slots since it landed; None once finalized
     fee: int | None = None  # lamports paid, once read (confirmed)
+    status_slot: int | None = None  # the context slot of the (null) status answer
+    final_slot: int | None = None  # the finalized slot, read after ``final_height``
 
 
 def fate(seen: Seen, *, wanted: str) -> Fate:
@@ -47,6 +53,11 @@ def fate(seen: Seen, *, wanted: str) -> Fate:
         if COMMITMENTS.index(seen.level or "processed") < COMMITMENTS.index(wanted):
             return Fate.LANDED
         return Fate.FAILED if seen.err is not None else Fate.SETTLED
-    if seen.final_height > seen.last_valid_block_height and not seen.blockhash_valid:
+    covered = (
+        seen.status_slot is not None
+        and seen.final_slot is not None
+        and seen.status_slot >= seen.final_slot
+    )
+    if seen.final_height > seen.last_valid_block_height and not seen.blockhash_valid and covered:
         return Fate.EXPIRED
     return Fate.PENDING

@@ -149,22 +149,37 @@ def mark_broadcast(record: ChainTransaction) -> ChainTransaction:
 
 
 def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransaction) -> Seen:
-    """One reading: the signature's status first, then (only if it has not landed) the final
-    block height and the blockhash's validity — in that order, so a landing between the two
-    reads is never mistaken for an expiry."""
+    """One reading: the signature's status; if it has not landed, the final block height,
+    then the finalized slot (read after it, so at or past the slot of that height), the
+    blockhash's validity, and the status once more with its answer's context slot. Expiry is
+    concluded only when that second null status covers the finalized slot: a status view
+    that lags behind a landing is never mistaken for an expiry."""
     status = rpc.status(record.tx_hash)
     last_valid = int(record.unsigned["last_valid_block_height"])
-    if status is not None:
-        err = None if status.err is None else str(status.err)
-        level = _level(status)
-        # The fee is money too: read once, when the transaction is deep enough to be fetched.
-        fee = None
-        if record.fee_paid is None and level != "processed":
-            fee = rpc.fee(record.tx_hash)
-        return Seen(status.slot, level, err, 0, True, last_valid, status.confirmations, fee)
-    final_height = rpc.block_height(chain.final_commitment)
-    valid = rpc.blockhash_valid(record.unsigned["blockhash"], chain.final_commitment)
-    return Seen(None, None, None, final_height, valid, last_valid)
+    if status is None:
+        final = chain.final_commitment
+        final_height = rpc.block_height(final)
+        final_slot = rpc.slot(final)
+        valid = rpc.blockhash_valid(record.unsigned["blockhash"], final)
+        status, status_slot = rpc.status_at(record.tx_hash)
+        if status is None:
+            return Seen(
+                None,
+                None,
+                None,
+                final_height,
+                valid,
+                last_valid,
+                status_slot=status_slot,
+                final_slot=final_slot,
+            )
+    err = None if status.err is None else str(status.err)
+    level = _level(status)
+    # The fee is money too: read once, when the transaction is deep enough to be fetched.
+    fee = None
+    if record.fee_paid is None and level != "processed":
+        fee = rpc.fee(record.tx_hash)
+    return Seen(status.slot, level, err, 0, True, last_valid, status.confirmations, fee)
 
 
 def _level(status) -> str:
@@ -185,6 +200,8 @@ def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTra
         "final_height": seen.final_height,
         "blockhash_valid": seen.blockhash_valid,
         "last_valid_block_height": seen.last_valid_block_height,
+        "status_context_slot": seen.status_slot,
+        "final_slot": seen.final_slot,
     }
     if seen.landed_slot is None:
         if record.state == S.CONFIRMED:
@@ -211,6 +228,12 @@ def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTra
     return record
 
 
+def walk_back_final(record: ChainTransaction, evidence: dict) -> ChainTransaction:
+    """FINALIZED -> PENDING: a final reorg took it away (the ledger's entry is compensated by
+    the chain-transaction service, append-only)."""
+    return _move(record, S.PENDING, {"final_reorg": evidence}, {"block_number": None})
+
+
 def _landed_state(seen: Seen, *, final: str) -> TxState:
     outcome = fate(seen, wanted=final)
     if outcome == Fate.FAILED:
@@ -221,12 +244,15 @@ def _landed_state(seen: Seen, *, final: str) -> TxState:
 
 
 def mark_expired(record: ChainTransaction, seen: Seen) -> ChainTransaction:
-    """Terminal: its blockhash is past its last valid height and it never landed."""
+    """Terminal: its blockhash is past its last valid height and it never landed (the null
+    status answered at a context slot covering the finalized slot of that height)."""
     evidence = {
         "final_height": seen.final_height,
+        "final_slot": seen.final_slot,
         "last_valid_block_height": seen.last_valid_block_height,
         "blockhash_valid": seen.blockhash_valid,
         "status": None,
+        "status_context_slot": seen.status_slot,
     }
     return _move(record, S.EXPIRED, evidence)
 

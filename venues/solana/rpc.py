@@ -88,8 +88,17 @@ class SolanaRpcClient:
 
     def status(self, signature: str) -> TransactionStatus | None:
         """The signature's status (history searched), or None when no block has it."""
+        return self.status_at(signature)[0]
+
+    def status_at(self, signature: str) -> tuple[TransactionStatus | None, int]:
+        """The signature's status (history searched) and the context slot of the answer: a
+        null status says only that no block up to that slot has it."""
         sig = Signature.from_string(signature)
-        return self._run(lambda c: c.get_signature_statuses([sig], True)).value[0]
+        answer = self._run(lambda c: c.get_signature_statuses([sig], True))
+        return answer.value[0], answer.context.slot
+
+    def slot(self, commitment: str) -> int:
+        return self._run(lambda c: c.get_slot(commitment)).value
 
     def fee(self, signature: str) -> int | None:
         """Lamports the transaction paid, once it is confirmed (None before)."""
@@ -110,6 +119,14 @@ class SolanaRpcClient:
             method="isBlockhashValid", params=[blockhash, {"commitment": commitment}]
         )
         return bool(self._run(lambda c: c.send_rpc_request(request, dict))["value"])
+
+    def mint_decimals(self, mint: Pubkey, commitment: str) -> int | None:
+        """The ``decimals`` of an SPL mint account (byte 44 of the Mint layout: a COption
+        authority of 36 bytes, the u64 supply, then the u8 decimals), None if no such account."""
+        value = self._run(lambda c: c.get_account_info(mint, commitment)).value
+        if value is None or len(bytes(value.data)) < 45:
+            return None
+        return bytes(value.data)[44]
 
     def balance(self, address: Pubkey, commitment: str) -> int:
         return self._run(lambda c: c.get_balance(address, commitment)).value

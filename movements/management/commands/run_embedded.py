@@ -1,6 +1,7 @@
 """The whole product in one command: prepare (migrate, collect static files), seed the demo,
-then run the Procfile's web (gunicorn), worker and beat through honcho, each line of output
-labelled with its process, until Ctrl-C."""
+then run the Procfile's web (gunicorn), worker and beat under QTG's supervisor
+(``qtg/supervisor.py``: a process that dies is restarted with backoff, the others keep
+running), each line of output labelled with its process, until Ctrl-C."""
 
 import os
 import sys
@@ -10,11 +11,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from honcho.environ import parse_procfile
-from honcho.manager import Manager
-from honcho.printer import Printer
 from kombu.utils.url import maybe_sanitize_url
 
-from movements import interface
+from movements import ports
+from qtg.supervisor import Supervisor
 
 
 def procfile_processes() -> dict[str, str]:
@@ -23,7 +23,10 @@ def procfile_processes() -> dict[str, str]:
 
 
 class Command(BaseCommand):
-    help = "Migrate, seed demo data and run web + Celery worker + beat (Ctrl-C stops all)."
+    help = (
+        "Migrate, seed demo data and run web + Celery worker + beat, each restarted when it "
+        "dies (Ctrl-C stops all)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000", help="web address:port")
@@ -49,7 +52,7 @@ class Command(BaseCommand):
         children = []
         try:
             before = dict(env)
-            for start in interface.embedded_services():
+            for start in ports.embedded_services():
                 children.extend(start(env))
             # This process seeds: it reads the venue configuration the stand-ins wrote.
             os.environ.update({k: v for k, v in env.items() if before.get(k) != v})
@@ -67,10 +70,10 @@ class Command(BaseCommand):
                 )
             )
             self.stdout.flush()
-            manager = Manager(Printer(sys.stdout))
-            for name, command in procfile_processes().items():
-                manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))
-            manager.loop()
+            supervisor = Supervisor(
+                procfile_processes(), env=env, cwd=str(settings.BASE_DIR), out=sys.stdout
+            )
+            supervisor.run()
         finally:
             for child in children:
                 if child.poll() is None:
@@ -80,4 +83,4 @@ class Command(BaseCommand):
                     child.wait(timeout=10)
                 except Exception:
                     child.kill()
-        sys.exit(manager.returncode)
+        sys.exit(supervisor.returncode)

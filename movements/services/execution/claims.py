@@ -37,7 +37,7 @@ from movements.models import AttentionReason, MovementRequest, MovementRequestNo
 from movements.services.address_book import Standing, standing_message, standing_of
 from movements.services.approvals import void_changed_approvals
 from movements.services.attention import attention_raise
-from movements.services.execution.leases import take_lease
+from movements.services.execution.leases import Fence, take_lease
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import (
     batch,
@@ -60,7 +60,7 @@ DISPATCH_REQUEST_STATES = (RS.APPROVED, RS.EXECUTING)
 # MANUAL_INTERVENTION: nothing with money in flight is auto-terminalized.
 WATCH_REQUEST_STATES = (RS.EXECUTING, RS.WAITING_MANUAL_ACTION, RS.MANUAL_INTERVENTION)
 
-LEASE_FIELDS = ["lease_owner", "lease_expires_at", "heartbeat_at"]
+LEASE_FIELDS = ["lease_owner", "lease_epoch", "lease_expires_at", "heartbeat_at"]
 
 
 def worker_identity() -> str:
@@ -68,9 +68,11 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def worker_actor(owner: str) -> Actor:
-    """The actor a worker's transitions are recorded under."""
-    return Actor.system(f"worker:{owner}"[:128])
+def worker_actor(owner: str, epoch: int | None = None) -> Actor:
+    """The actor a worker's transitions are recorded under: the process, and the lease epoch
+    it held when it has one (the node names the attempt)."""
+    held = f"#epoch{epoch}" if epoch is not None else ""
+    return Actor.system(f"worker:{owner}{held}"[:128])
 
 
 def attempt_idempotency_key(node: MovementRequestNode) -> str:
@@ -93,6 +95,8 @@ class Claim:
     # The node as this worker last wrote it (with its request): what a lock-free
     # compare-and-set transition starts from.
     node: MovementRequestNode
+    # The lease epoch this claim holds: every fence and every result is checked against it.
+    epoch: int = 0
 
 
 def due(now: Any) -> Q:
@@ -178,7 +182,7 @@ def _guard(
     cleared = []
     for node in nodes:
         if error := void.get(node.request_id):
-            _fail_at_dispatch(node, error, actor, writes, approval="void")
+            _fail_at_dispatch(node, error, actor, writes, approval="missing or altered")
             continue
         if node.has_side_effect:
             standing, entry = standing_of(node.request, now)
@@ -246,7 +250,9 @@ def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]
     return upstream
 
 
-def _context(node: MovementRequestNode, upstream: dict[str, Upstream]) -> ExecutionContext:
+def _context(
+    node: MovementRequestNode, upstream: dict[str, Upstream], owner: str
+) -> ExecutionContext:
     request = node.request
     return ExecutionContext(
         request_id=str(request.pk),
@@ -264,6 +270,7 @@ def _context(node: MovementRequestNode, upstream: dict[str, Upstream]) -> Execut
         external_ref=node.external_ref,
         result=dict(node.result or {}),
         upstream={k: v for k, v in upstream.items() if k != node.node_key},
+        fence=Fence(node.pk, owner, node.lease_epoch),
     )
 
 
@@ -274,11 +281,12 @@ def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
             node_id=node.pk,
             request_id=node.request_id,
             owner=owner,
+            epoch=node.lease_epoch,
             state=NodeState(node.node_state),
             kind=node.kind,
             signing_required=node.signing_required,
             executor=get_executor(node.executor),
-            context=_context(node, upstream.get(node.request_id, {})),
+            context=_context(node, upstream.get(node.request_id, {}), owner),
             node=node,
         )
         for node in nodes
@@ -359,12 +367,14 @@ def _claim_watched(*, owner: str, states: tuple, as_of: Any, limit: int) -> list
         return []
     for node in nodes:
         take_lease(node, owner)
-    # One lease for the whole batch, written in one statement (no state change).
+    # One lease for the whole batch, written in one statement (no state change); each row's
+    # epoch grows by one, as ``take_lease`` counted it on the locked instance.
     save_leases(
         [node.pk for node in nodes],
         owner=owner,
         expires_at=nodes[0].lease_expires_at,
         heartbeat_at=nodes[0].heartbeat_at,
+        new_epoch=True,
     )
     return _make_claims(nodes, owner)
 

@@ -14,13 +14,17 @@ UNKNOWN (it may have), to be reconciled through ``recover``, never submitted aga
 
 import logging
 import threading
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
+from movements.executors.base import LeaseLost
+from movements.instruments import lease_reaped
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.outcomes import REAPED, NodeFacts, Then, Timing, lease_expired
 from movements.services.progress import apply_request_state_from_nodes
@@ -39,11 +43,56 @@ def lease_until() -> Any:
 
 
 def take_lease(node: MovementRequestNode, owner: str) -> None:
-    """Give ``node`` (locked by the caller) to ``owner`` for a lease; the caller saves it."""
+    """Give ``node`` (locked by the caller) to ``owner`` for a lease, under a new epoch (the
+    fencing token); the caller saves it (``LEASE_FIELDS``)."""
     now = timezone.now()
     node.lease_owner = owner
+    node.lease_epoch += 1
     node.lease_expires_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS)
     node.heartbeat_at = now
+
+
+# Time a lease must still have when a fenced call is let out, on top of the call's own
+# timeout (clock and statement latency between the worker and the reaper).
+FENCE_MARGIN_SECONDS = 2.0
+
+
+def lease_outlasting(deadline: datetime) -> datetime:
+    """A lease that outlasts a fenced call's ``deadline`` (never shorter than a plain lease)."""
+    return max(lease_until(), deadline + timedelta(seconds=FENCE_MARGIN_SECONDS))
+
+
+class Fence:
+    """``ExecutionContext.fence`` for one claimed node (see there): proves the lease, in one
+    statement, right before a side-effecting call leaves the process."""
+
+    def __init__(self, node_id: int, owner: str, epoch: int) -> None:
+        self.node_id, self.owner, self.epoch = node_id, owner, epoch
+
+    def __call__(self, timeout: float, then: Callable[[], None] | None = None) -> datetime:
+        now = timezone.now()
+        deadline = now + timedelta(seconds=float(timeout))
+        with transaction.atomic():
+            proved = MovementRequestNode.objects.filter(
+                pk=self.node_id,
+                lease_owner=self.owner,
+                lease_epoch=self.epoch,
+                node_state__in=IN_FLIGHT_NODE_STATES,
+                lease_expires_at__gt=now,
+            ).update(
+                fenced_at=now,
+                fenced_until=deadline,
+                lease_expires_at=lease_outlasting(deadline),
+                updated_at=now,
+            )
+            if proved != 1:
+                raise LeaseLost(
+                    f"node {self.node_id}: lease {self.owner!r} epoch {self.epoch} is no "
+                    "longer held; nothing was sent"
+                )
+            if then is not None:
+                then()
+        return deadline
 
 
 class LeaseKeeper:
@@ -129,7 +178,7 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
     """Nodes whose worker stopped renewing its lease: PREPARING/AWAITING_SIGNATURE go back to
     READY (nothing left the building), SUBMITTING goes to UNKNOWN (it may have), to be
     reconciled by recovery and never submitted again. Returns how many moved."""
-    actor = actor or Actor.system("lease-reaper")
+    actor = actor or Actor.sweep("lease-reaper")
     now = timezone.now()
     candidates = list(
         MovementRequestNode.objects.current()
@@ -155,6 +204,7 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
                 dispatch_count=node.dispatch_count,
                 lease_owner=node.lease_owner,
                 lease_expires_at=node.lease_expires_at,
+                result=node.result or {},
             )
             outcome = lease_expired(
                 facts, now=timezone.now(), timing=Timing.from_settings(settings)
@@ -170,5 +220,7 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
             )
             if outcome.then is Then.DERIVE:
                 apply_request_state_from_nodes(request, actor=actor)
+            lag = (timezone.now() - facts.lease_expires_at).total_seconds()
+            transaction.on_commit(partial(lease_reaped, lag_seconds=lag))
             moved += 1
     return moved

@@ -5,18 +5,25 @@ calls ``decide`` and writes the ``Outcome`` it gets. The error taxonomy of
 ``movements.executors.base`` maps onto the spec's edges:
 
 - before submit (prepare, sign): a deterministic error -> FAILED; anything else -> READY with
-  backoff, or FAILED once the dispatch budget is spent. Nothing has left the building, so
-  nothing is ever UNKNOWN here.
+  backoff, or FAILED once the budget of venue errors (``QTG_MAX_DISPATCHES``) is spent. The
+  budget counts the venue's own refusals and failures only: a claim lost to a worker's death
+  or a lease expiry, and a wait the venue asked for (a rate limit, maintenance:
+  ``VenueWait``, or a ``TransientError`` with ``retry_after``), never count; a wait longer
+  than ``QTG_WAIT_ATTENTION_SECONDS`` asks a person instead. Nothing has left the building,
+  so nothing is ever UNKNOWN here.
 - during submit: a deterministic error -> FAILED; any other error -> UNKNOWN (money may have
   moved: recovery finds out, the node is never submitted again blindly). An answer ->
   SUBMITTED (observed next), or COMPLETED when the venue's submit is terminal.
 - observing: COMPLETED / FAILED / UNKNOWN as seen; a reorg is recorded with its evidence and
   goes to UNKNOWN; a transient error or a pending answer is polled again later.
 - recovering an UNKNOWN node: SUBMITTED / COMPLETED / FAILED as the venue says; an error or an
-  unanswerable question stays UNKNOWN, asked again with backoff. "Not found" is no proof that
-  a side effect never happened: FAILED is concluded only once the executor's visibility window
-  has passed since the submit began, and after asking again. A venue that refuses the question
-  itself (a deterministic error) leaves the node UNKNOWN and asks a person to look.
+  unanswerable question stays UNKNOWN, asked again with backoff. "Not found" (NOT_FOUND) is no
+  proof that a side effect never happened: FAILED is concluded only once the executor's
+  visibility window has passed since the submit began, the venue said so more than once, and
+  the request's lifetime has passed since its fenced deadline (a paused worker may still send
+  it until then); an executor that cannot bound that lifetime never concludes absence: the
+  node stays UNKNOWN and a person is asked. A venue that refuses the question itself (a
+  deterministic error) leaves the node UNKNOWN and asks a person to look.
 - transient errors while watching back off exponentially with the node's error streak.
 - a lease that expired: PREPARING / AWAITING_SIGNATURE -> READY, SUBMITTING -> UNKNOWN.
 
@@ -39,6 +46,7 @@ from movements.executors.base import (
     Recovery,
     Submitted,
     TransientError,
+    VenueWait,
 )
 from movements.states import NodeState
 
@@ -72,6 +80,7 @@ RECOVERED_TARGETS: Mapping[RecoveredOutcome, NodeState] = {
     RecoveredOutcome.SUBMITTED: NS.SUBMITTED,
     RecoveredOutcome.COMPLETED: NS.COMPLETED,
     RecoveredOutcome.FAILED: NS.FAILED,
+    RecoveredOutcome.NOT_FOUND: NS.FAILED,
 }
 
 LAST_ERROR_LENGTH = 2000
@@ -90,6 +99,9 @@ class NodeFacts:
     has_side_effect: bool = False
     error_streak: int = 0
     submit_started_at: datetime | None = None
+    venue_errors: int = 0
+    fenced_until: datetime | None = None
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,12 @@ class Timing:
     max_dispatches: int
     # The executor's: how long after a submit began its venue may still not show it.
     visibility_seconds: float = 0.0
+    # The executor's: how long after its fenced deadline a request sent may still take
+    # effect; None: unbounded (absence is never proof).
+    request_lifetime: float | None = 0.0
+    # How long a venue may keep a node waiting (rate limits, maintenance) before a person is
+    # asked to look.
+    wait_attention_seconds: float = 3600.0
 
     @classmethod
     def from_settings(
@@ -112,6 +130,7 @@ class Timing:
         *,
         poll_seconds: float | None = None,
         visibility_seconds: float = 0.0,
+        request_lifetime: float | None = 0.0,
     ) -> "Timing":
         """The numbers of the ``QTG_*`` execution settings (``settings``: Django's) and the
         executor's own."""
@@ -122,6 +141,8 @@ class Timing:
             retry_max_seconds=settings.QTG_RETRY_MAX_SECONDS,
             max_dispatches=settings.QTG_MAX_DISPATCHES,
             visibility_seconds=visibility_seconds,
+            request_lifetime=request_lifetime,
+            wait_attention_seconds=settings.QTG_WAIT_ATTENTION_SECONDS,
         )
 
 
@@ -130,6 +151,14 @@ class Then(StrEnum):
 
     ADVANCE = "advance"  # the node completed: wake its successors, derive the request
     DERIVE = "derive"  # derive the request state from its nodes
+    # The failed attempt never left (proven), and only a lost lease stopped it: a new attempt
+    # takes its place, then the request is derived.
+    RETRY = "retry"
+
+
+# How many attempts of a node the workers make by themselves after a worker lost a submit
+# that is then proven never to have happened (an operator's retry is not limited).
+AUTO_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -218,24 +247,57 @@ def _then(target: NodeState) -> Then:
     return Then.ADVANCE if target == NS.COMPLETED else Then.DERIVE
 
 
+def is_wait(error: BaseException | None) -> bool:
+    """Whether ``error`` is the venue asking us to wait (not a failure of the attempt)."""
+    if isinstance(error, VenueWait):
+        return True
+    return isinstance(error, TransientError) and error.retry_after is not None
+
+
 def failed_before_submit(
     node: NodeFacts, error: BaseException, *, phase: str, now: datetime, timing: Timing
 ) -> Outcome:
-    """Deterministic -> FAILED; anything else before submit -> READY with backoff (or FAILED
-    once the dispatch budget is spent)."""
+    """Deterministic -> FAILED; a wait the venue asked for -> READY after it (never counted;
+    past ``wait_attention_seconds`` a person is asked); any other error -> READY with backoff,
+    counted as a venue error, or FAILED once ``max_dispatches`` venue errors were answered."""
     detail = {"phase": phase, **error_detail(error)}
-    fields = {**_RELEASED, "last_error": _last_error(detail)}
-    deterministic = isinstance(error, DeterministicError)
-    give_up = node.dispatch_count >= timing.max_dispatches
-    if deterministic or give_up:
-        if not deterministic:
-            detail["gave_up_after_dispatches"] = node.dispatch_count
-        return Outcome(NS.FAILED, fields, detail, then=Then.DERIVE)
-    retry_at = now + backoff(node.dispatch_count, timing, error)
+    fields: dict[str, Any] = {**_RELEASED, "last_error": _last_error(detail)}
+    attention = None
+    if is_wait(error):
+        waiting_since = (node.result or {}).get("waiting_since") or now.isoformat()
+        fields["result"] = {**(node.result or {}), "waiting_since": waiting_since}
+        waited = (now - datetime.fromisoformat(waiting_since)).total_seconds()
+        detail["waiting_since"] = waiting_since
+        if waited >= timing.wait_attention_seconds:
+            attention = {
+                "reason": "waiting_long",
+                "message": f"{phase}: the venue has kept this node waiting for {waited:.0f} s "
+                f"({detail['error'][:300]}); nothing was sent",
+                "evidence": dict(detail),
+            }
+        count = node.dispatch_count
+    else:
+        count = node.venue_errors + 1
+        fields["venue_errors"] = count
+        detail["venue_errors"] = count
+        if isinstance(error, DeterministicError) or count >= timing.max_dispatches:
+            if not isinstance(error, DeterministicError):
+                detail["gave_up_after_venue_errors"] = count
+                fields["last_error"] = (
+                    f"gave up after {count} venue errors at {phase}; the last: {detail['error']}"
+                )[:LAST_ERROR_LENGTH]
+            return Outcome(NS.FAILED, fields, detail, then=Then.DERIVE)
+    retry_at = now + backoff(count, timing, error)
     detail["retry_at"] = retry_at.isoformat()
     # Derived again: a node back to READY no longer moves money, which may settle a movement
     # waiting on it (a sibling FAILED meanwhile).
-    return Outcome(NS.READY, {**fields, "next_attempt_at": retry_at}, detail, then=Then.DERIVE)
+    return Outcome(
+        NS.READY,
+        {**fields, "next_attempt_at": retry_at},
+        detail,
+        then=Then.DERIVE,
+        attention=attention,
+    )
 
 
 def awaiting_signature(
@@ -291,6 +353,10 @@ def after_submit(
     failure = error_detail(error)
     target = NS.FAILED if isinstance(error, DeterministicError) else NS.UNKNOWN
     fields = {**_RELEASED, "last_error": _last_error(failure), "next_attempt_at": now}
+    if node.fenced_until is not None and node.fenced_until > now:
+        # The call is over: this process sends nothing more. What the venue may still do
+        # with a request it got counts (its lifetime) from now, not from the call's timeout.
+        fields["fenced_until"] = now
     detail = {"phase": "submit", "ambiguous": target == NS.UNKNOWN, **failure}
     return Outcome(target, fields, detail, then=Then.DERIVE)
 
@@ -341,6 +407,8 @@ def observed(
         )
     if target == NS.UNKNOWN:
         fields["next_attempt_at"] = now
+    if target in (NS.FAILED, NS.UNKNOWN):
+        fields["last_error"] = _answer_summary(f"observed {answer.status}", answer.detail)
     reorg = {"reorg": answer.detail} if answer.status == ObservedStatus.REORG else None
     detail = {"observed": str(answer.status), **answer.detail}
     if replaced and node.external_ref:
@@ -396,7 +464,39 @@ def recovered(
         "result": _merged(node, answer.detail),
     }
     detail = {"resolution": "recovery", **answer.detail}
-    return Outcome(target, fields, detail, then=_then(target))
+    then = _then(target)
+    if target == NS.FAILED:
+        fields["last_error"] = _recovery_reason(node, answer, now)
+        lost_by_us = (node.result or {}).get("lease_lost") and node.has_side_effect
+        absent = answer.outcome == RecoveredOutcome.NOT_FOUND
+        if absent and lost_by_us and node.attempt < AUTO_ATTEMPTS:
+            # Nothing reached the venue, and no venue said no: a worker died or paused.
+            then = Then.RETRY
+            detail["retried"] = f"attempt {node.attempt + 1} takes its place"
+    return Outcome(target, fields, detail, then=then)
+
+
+def _answer_summary(prefix: str, detail: Mapping[str, Any]) -> str:
+    """A venue answer as a reason a person can read: what it found, and its evidence."""
+    finding = detail.get("finding") or detail.get("reason") or detail.get("error") or ""
+    rest = {k: v for k, v in detail.items() if k not in ("finding", "reason", "error")}
+    text = f"{prefix}: {finding}" if finding else prefix
+    if rest:
+        text += f" ({', '.join(f'{k}={v}' for k, v in list(rest.items())[:8])})"
+    return text[:LAST_ERROR_LENGTH]
+
+
+def _recovery_reason(node: NodeFacts, answer: Recovery, now: datetime) -> str:
+    """Why recovery concluded FAILED, with how many answers over how long it took."""
+    result = node.result or {}
+    reads = int(result.get("not_found_answers", 0)) + 1
+    since = result.get("not_found_since")
+    span = (now - datetime.fromisoformat(since)).total_seconds() if since else 0.0
+    what = "the venue has no trace of it" if answer.outcome == RecoveredOutcome.NOT_FOUND else ""
+    summary = _answer_summary("recovery", {"finding": what, **answer.detail})
+    if answer.outcome == RecoveredOutcome.NOT_FOUND or since:
+        summary += f" after {reads} reads over {span:.0f} s"
+    return summary[:LAST_ERROR_LENGTH]
 
 
 # How many "not found" answers recovery needs before a side effect counts as never happened.
@@ -410,11 +510,38 @@ def _not_yet_proven(
     window has passed since the submit began, and it said so more than once: until then the
     node stays UNKNOWN and is asked again (None: the finding stands)."""
     seen = int((node.result or {}).get("not_found_answers", 0)) + 1
+    since = (node.result or {}).get("not_found_since") or now.isoformat()
     visible_from = (node.submit_started_at or now) + timedelta(seconds=timing.visibility_seconds)
-    if seen >= NOT_FOUND_ANSWERS and now >= visible_from:
+    absence = answer.outcome == RecoveredOutcome.NOT_FOUND
+    provable_from = visible_from
+    if absence and timing.request_lifetime is not None:
+        fenced = node.fenced_until or node.submit_started_at or now
+        provable_from = max(visible_from, fenced + timedelta(seconds=timing.request_lifetime))
+    unbounded = absence and timing.request_lifetime is None
+    if not unbounded and seen >= NOT_FOUND_ANSWERS and now >= provable_from:
         return None
-    ask_at = max(visible_from, now + backoff(seen, timing))
-    result = {**(node.result or {}), "not_found_answers": seen, **answer.detail}
+    result = {
+        **(node.result or {}),
+        "not_found_answers": seen,
+        "not_found_since": since,
+        **answer.detail,
+    }
+    if unbounded:
+        # Nothing bounds when a request already sent may still take effect: absence is never
+        # proof. Asked again (a later sighting settles it), and a person once it is visible.
+        ask_at = now + backoff(seen, timing)
+        fields = {**_RELEASED, "next_attempt_at": ask_at, "result": result}
+        attention = None
+        if now >= visible_from:
+            attention = {
+                "reason": "unprovable",
+                "message": "the venue has no trace of this side effect, but nothing bounds "
+                "when a request already sent may still take effect: check the venue and "
+                "settle the node by hand with evidence (a later sighting settles it too)",
+                "evidence": {"phase": "recover", "not_found_answers": seen, **answer.detail},
+            }
+        return Outcome(None, fields, pending=True, attention=attention)
+    ask_at = max(provable_from, now + backoff(seen, timing))
     fields = {**_RELEASED, "next_attempt_at": ask_at, "result": result}
     return Outcome(None, fields, pending=True)
 
@@ -434,13 +561,20 @@ def contradicts_failure(phase: str, answer: Any) -> bool:
 def lease_expired(node: NodeFacts, *, now: datetime, timing: Timing) -> Outcome:
     """A node whose worker stopped renewing its lease (see ``REAPED``)."""
     target = REAPED[node.state]
+    expired_at = node.lease_expires_at.isoformat() if node.lease_expires_at else None
     detail = {
         "reason": "lease expired",
         "lease_owner": node.lease_owner,
-        "lease_expired_at": node.lease_expires_at.isoformat() if node.lease_expires_at else None,
+        "lease_expired_at": expired_at,
     }
     retry_at = now + backoff(node.dispatch_count, timing) if target == NS.READY else now
-    fields = {**_RELEASED, "next_attempt_at": retry_at}
+    # Not a venue error (nothing counts against the budget): the worker stopped renewing.
+    why = f"the lease of worker {node.lease_owner} expired at {expired_at} during {node.state}"
+    if target == NS.UNKNOWN:
+        why += ": the submit may have left; recovery asks the venue"
+    fields = {**_RELEASED, "next_attempt_at": retry_at, "last_error": why[:LAST_ERROR_LENGTH]}
+    if target == NS.UNKNOWN:
+        fields["result"] = {**(node.result or {}), "lease_lost": True}
     # Derived again either way: UNKNOWN may need a person, and a node back to READY no longer
     # moves money, which may settle a movement waiting on it (a sibling FAILED meanwhile).
     return Outcome(target, fields, detail, then=Then.DERIVE)

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from movements import interface
+from movements import ports
 from movements.models import AttentionReason, MovementRequest, MovementRequestNode
 from movements.services.attention import attention_raise
 from movements.services.execution.claims import Claim, worker_actor
@@ -36,7 +36,11 @@ from movements.services.execution.outcomes import (
     decide,
     evidence,
 )
-from movements.services.progress import advance_after_completion, apply_request_state_from_nodes
+from movements.services.progress import (
+    advance_after_completion,
+    apply_request_state_from_nodes,
+    new_attempt,
+)
 from movements.services.state import batch, record_event, save_fields, set_node_state
 from movements.services.writers import RowWriter
 from movements.states import NodeState
@@ -98,8 +102,15 @@ def _lease_problem(claim: Claim, locked: Locked | None, expected: tuple) -> str 
     if locked is None:
         return f"node {claim.node_id} is no longer the current attempt"
     node = locked.node
-    if node.lease_owner != claim.owner or node.node_state not in expected:
-        return f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r}"
+    if (
+        node.lease_owner != claim.owner
+        or node.lease_epoch != claim.epoch
+        or node.node_state not in expected
+    ):
+        return (
+            f"node {node.node_key} is {node.node_state}, lease {node.lease_owner!r} epoch "
+            f"{node.lease_epoch} (this result was for epoch {claim.epoch})"
+        )
     return None
 
 
@@ -114,6 +125,9 @@ def node_facts(node: MovementRequestNode) -> NodeFacts:
         has_side_effect=node.has_side_effect,
         error_streak=node.error_streak,
         submit_started_at=node.submit_started_at,
+        venue_errors=node.venue_errors,
+        fenced_until=node.fenced_until,
+        attempt=node.attempt,
     )
 
 
@@ -151,6 +165,18 @@ def write_outcome(locked: Locked, outcome: Outcome, actor: Actor, writer: RowWri
         advance_after_completion(locked.request, node, locked.nodes, actor=actor, writer=writer)
     elif outcome.then is Then.DERIVE:
         apply_request_state_from_nodes(locked.request, locked.nodes, actor=actor, writer=writer)
+    elif outcome.then is Then.RETRY:
+        nodes = new_attempt(
+            locked.request,
+            node,
+            locked.nodes,
+            actor=actor,
+            reason=f"recovery proved attempt {node.attempt} never reached the venue after its "
+            "worker lost the lease",
+            writer=writer,
+        )
+        locked.nodes[:] = nodes
+        apply_request_state_from_nodes(locked.request, nodes, actor=actor, writer=writer)
 
 
 def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | None:
@@ -159,6 +185,7 @@ def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | Non
         settings,
         poll_seconds=claim.executor.poll_seconds,
         visibility_seconds=claim.executor.visibility_window(claim.context),
+        request_lifetime=claim.executor.request_lifetime(claim.context),
     )
     outcome = decide(
         result.phase,
@@ -168,7 +195,7 @@ def _apply(result: Result, locked: Locked, writer: RowWriter) -> NodeState | Non
         now=timezone.now(),
         timing=timing,
     )
-    write_outcome(locked, outcome, worker_actor(claim.owner), writer)
+    write_outcome(locked, outcome, worker_actor(claim.owner, claim.epoch), writer)
     return None if outcome.pending else outcome.target
 
 
@@ -178,7 +205,7 @@ def apply_results(results: list[Result]) -> None:
         return
     late: list[tuple[Result, str]] = []
     try:
-        with transaction.atomic(), interface.callbacks().read_once(), batch() as writes:
+        with transaction.atomic(), ports.callbacks().read_once(), batch() as writes:
             locked = _lock_claimed([result.claim for result in results])
             for result in results:
                 target = locked.get(result.claim.node_id)
@@ -218,16 +245,32 @@ class Unwritten:
     batch is done, or sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
     write, so a slow venue never leaves a known result unwritten for long."""
 
-    def __init__(self, results: list[Result] | None = None) -> None:
+    def __init__(
+        self,
+        results: list[Result] | None = None,
+        *,
+        batch_size: int = 0,
+        backlog: bool | None = None,
+    ) -> None:
         self.results = list(results or [])
         self.seen = list(self.results)
         self.written_at = time.monotonic()
+        # A short queue (latency matters more than transactions) writes each result as it
+        # comes; a backlog (the claim came back full: more is waiting) holds them for one
+        # transaction. Without word of the queue, a small batch counts as a short queue.
+        short = batch_size <= settings.QTG_RESULT_WRITE_AT_ONCE_BELOW
+        self.at_once = short or backlog is False
 
     def add(self, result: Result) -> None:
         self.results.append(result)
         self.seen.append(result)
-        if time.monotonic() - self.written_at >= settings.QTG_RESULT_WRITE_SECONDS:
+        waited = time.monotonic() - self.written_at
+        if self.at_once or waited >= settings.QTG_RESULT_WRITE_SECONDS:
             self.write()
+
+    def holds(self, request_id: Any) -> bool:
+        """Whether a result of ``request_id``'s nodes is waiting to be written."""
+        return any(result.claim.request_id == request_id for result in self.results)
 
     def write(self) -> None:
         results, self.results = self.results, []
@@ -249,7 +292,7 @@ def late_result(
         request = MovementRequest.objects.select_for_update(no_key=True).get(pk=claim.request_id)
         node = MovementRequestNode.objects.get(pk=claim.node_id)
         node.request = request
-        actor = worker_actor(claim.owner)
+        actor = worker_actor(claim.owner, claim.epoch)
         record_event(
             request=request,
             node=node,

@@ -1,5 +1,6 @@
-"""Running a claimed batch: the executor calls, one node after another, with no transaction
-open and no lock held, and their results written for the batch together (``results``).
+"""Running a claimed batch: the executor calls, one node after another (each taken as far as
+it goes before the next), with no transaction open and no lock held, and their results
+written as they come, held at most ``QTG_RESULT_WRITE_SECONDS`` (``results``).
 
 The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
 compare-and-set on its state and lease that also finds no FAILED node in its movement, in one
@@ -15,8 +16,10 @@ written leaves its nodes in SUBMITTING: their leases expire, and recovery asks t
 (``leases.reap_expired_leases``); they are never submitted again.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -26,19 +29,27 @@ from movements.executors.base import Submitted
 from movements.instruments import venue_call
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.claims import Claim, worker_actor
-from movements.services.execution.leases import LeaseKeeper, lease_until
+from movements.services.execution.leases import LeaseKeeper, lease_outlasting
 from movements.services.execution.results import Result, Unwritten, apply_results, late_result
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import set_node_state
 from movements.states import NodeState
+from qtg.core.actors import acting_for
 from qtg.core.errors import StaleState
 
 NS = NodeState
 
 
-def _timed(claim: Claim, method: str) -> Any:
-    """One venue call: timed by executor and method, the node bound to its log lines."""
-    return venue_call(executor=claim.node.executor, method=method, context=claim.context)
+@contextmanager
+def _timed(claim: Claim, method: str) -> Iterator[None]:
+    """One venue call: timed by executor and method, the node bound to its log lines, and
+    what the venue code records naming this worker, its lease epoch and the attempt."""
+    label = f"worker:{claim.owner}#epoch{claim.epoch}/attempt{claim.context.attempt}"
+    with (
+        acting_for(label),
+        venue_call(executor=claim.node.executor, method=method, context=claim.context),
+    ):
+        yield
 
 
 def _merge_result(node: Any, detail: dict[str, Any]) -> None:
@@ -57,9 +68,16 @@ def _submit_now(
     if node.node_state not in expected:
         late_result(claim, phase, {"detail": detail}, f"node {node.node_key} is {node.node_state}")
         return False
+    # The fence: the same statement proves the lease (owner and epoch) and makes it outlast
+    # the submit call's timeout; an executor fences again right before its request leaves.
+    now = timezone.now()
+    node.fenced_at = now
+    node.fenced_until = now + timedelta(seconds=claim.executor.call_timeout(claim.context))
     node.signed_payload = signed_payload
-    node.lease_expires_at = lease_until()
-    node.submit_started_at = timezone.now()
+    node.lease_expires_at = lease_outlasting(node.fenced_until)
+    node.submit_started_at = now
+    if (node.result or {}).get("waiting_since"):
+        node.result = {**node.result, "waiting_since": None}  # the venue let it through
     _merge_result(node, detail)
     try:
         # No lock: the compare-and-set itself refuses while a node of the movement is FAILED
@@ -69,10 +87,17 @@ def _submit_now(
         set_node_state(
             node=node,
             new_state=NS.SUBMITTING,
-            actor=worker_actor(claim.owner),
+            actor=worker_actor(claim.owner, claim.epoch),
             detail={**detail, "idempotency_key": node.idempotency_key},
-            update_fields=["signed_payload", "lease_expires_at", "result", "submit_started_at"],
-            only_if={"lease_owner": claim.owner},
+            update_fields=[
+                "signed_payload",
+                "lease_expires_at",
+                "result",
+                "submit_started_at",
+                "fenced_at",
+                "fenced_until",
+            ],
+            only_if={"lease_owner": claim.owner, "lease_epoch": claim.epoch},
             unless_exists=_failed_siblings(claim) if node.has_side_effect else None,
         )
     except StaleState:
@@ -111,7 +136,7 @@ def _hold_back(claim: Claim, failed: list[str]) -> None:
     """A node of the movement FAILED: this side effect does not start. Back to READY (its
     lease released), where it waits for an operator; the movement is derived again, now that
     one less node may be moving money. The caller holds the movement's lock."""
-    node, actor = claim.node, worker_actor(claim.owner)
+    node, actor = claim.node, worker_actor(claim.owner, claim.epoch)
     node.lease_owner, node.lease_expires_at, node.next_attempt_at = "", None, None
     set_node_state(
         node=node,
@@ -124,74 +149,84 @@ def _hold_back(claim: Claim, failed: list[str]) -> None:
     apply_request_state_from_nodes(node.request, actor=actor)
 
 
-def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
+def run_actions(claims: list[Claim], *, backlog: bool | None = None) -> dict[int, NodeState | None]:
     """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
     READY with backoff, UNKNOWN) for a batch of claimed action nodes, each executor call made
-    with no transaction open. Each step's results are written for the batch together, except
-    SUBMITTING, which each node enters alone right before its own submit (see
-    ``_submit_now``). Returns each node's state when this worker let go of it."""
+    with no transaction open. Each node is taken as far as it goes (prepared, signed,
+    submitted) before the next one is prepared, so a worker that dies mid-batch leaves at most
+    one node with a call in flight; the results are written as they come, held at most
+    ``QTG_RESULT_WRITE_SECONDS`` (``Unwritten``). SUBMITTING is entered alone, right before the
+    node's own submit (see ``_submit_now``). Returns each node's state when this worker let go
+    of it."""
     with LeaseKeeper(claims) as leases:
-        return _run_actions(claims, leases)
+        return _run_actions(claims, leases, backlog)
 
 
-def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeState | None]:
+def _run_actions(
+    claims: list[Claim], leases: LeaseKeeper, backlog: bool | None
+) -> dict[int, NodeState | None]:
     outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
-    failures: list[Result] = []
-    to_sign: list[tuple[Claim, Result]] = []
-    ready: list[tuple[Claim, str, tuple, dict[str, Any], str]] = []
+    unwritten = Unwritten(batch_size=len(claims), backlog=backlog)
     for claim in claims:
         leases.tick()
-        try:
-            with _timed(claim, "prepare"):
-                prepared = claim.executor.prepare(claim.context)
-        except Exception as exc:
-            failures.append(Result(claim, "prepare", error=exc))
-            continue
-        signed_payload = claim.context.signed_payload
-        if claim.signing_required and not signed_payload:
-            to_sign.append((claim, Result(claim, "prepare", answer=prepared)))
-        else:
-            detail = dict(prepared.detail)
-            if signed_payload:
-                detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
-            ready.append((claim, signed_payload, (NS.PREPARING,), detail, "prepare"))
-    apply_results([*failures, *(result for _, result in to_sign)])
-    finished = list(failures)
+        if unwritten.holds(claim.request_id):
+            # A sibling's result may be a FAILED node: written before this node may submit
+            # (the SUBMITTING compare-and-set refuses while a node of the movement is FAILED).
+            unwritten.write()
+        result = _run_action(claim, leases)
+        if result is not None:
+            unwritten.add(result)
+    unwritten.write()
+    for result in unwritten.seen:
+        if result.applied:
+            outcome[result.claim.node_id] = result.value
+    return outcome
 
-    failures = []
-    for claim, awaiting in to_sign:
-        if not awaiting.applied:
-            continue
+
+def _run_action(claim: Claim, leases: LeaseKeeper) -> Result | None:
+    """One claimed action node as far as it goes now: the result to write (None when the node
+    was no longer ours, its evidence already kept)."""
+    try:
+        with _timed(claim, "prepare"):
+            prepared = claim.executor.prepare(claim.context)
+    except Exception as exc:
+        return Result(claim, "prepare", error=exc)
+    signed_payload = claim.context.signed_payload
+    if claim.signing_required and not signed_payload:
+        # AWAITING_SIGNATURE is written before the signer is asked (the SUBMITTING
+        # compare-and-set starts from it).
+        awaiting = Result(claim, "prepare", answer=prepared)
+        apply_results([awaiting])
+        if not awaiting.applied or awaiting.value != NS.AWAITING_SIGNATURE:
+            return None
         leases.tick()
         try:
             with _timed(claim, "sign"):
                 signed = claim.executor.sign(claim.context)
         except Exception as exc:
-            failures.append(Result(claim, "sign", error=exc))
-            continue
-        ready.append((claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign"))
+            return Result(claim, "sign", error=exc)
+        return _submit(claim, signed.payload, (NS.AWAITING_SIGNATURE,), signed.detail, "sign")
+    detail = dict(prepared.detail)
+    if signed_payload:
+        detail["signed_payload"] = "re-used the persisted signed payload (not re-signed)"
+    return _submit(claim, signed_payload, (NS.PREPARING,), detail, "prepare")
 
-    # Sign failures and submit results are written together. A worker that dies before they
-    # are leaves its submitted nodes in SUBMITTING: their leases expire, recovery asks the venue.
-    unwritten = Unwritten(failures)
-    for claim, signed_payload, expected, detail, phase in ready:
-        leases.tick()
-        if not _submit_now(claim, signed_payload, expected, detail, phase):
-            continue
-        ctx = replace(claim.context, signed_payload=signed_payload)
-        try:
-            with _timed(claim, "submit"):
-                submitted: Submitted | None = claim.executor.submit(ctx)
-            error: BaseException | None = None
-        except Exception as exc:
-            submitted, error = None, exc
-        unwritten.add(Result(claim, "submit", answer=submitted, error=error))
-    unwritten.write()
-    finished += unwritten.seen
-    for result in finished:
-        if result.applied:
-            outcome[result.claim.node_id] = result.value
-    return outcome
+
+def _submit(
+    claim: Claim, signed_payload: str, expected: tuple, detail: dict[str, Any], phase: str
+) -> Result | None:
+    """SUBMITTING (fenced), then the executor's submit: its result, or None when the node was
+    no longer ours (nothing was sent)."""
+    if not _submit_now(claim, signed_payload, expected, detail, phase):
+        return None
+    ctx = replace(claim.context, signed_payload=signed_payload)
+    try:
+        with _timed(claim, "submit"):
+            submitted: Submitted | None = claim.executor.submit(ctx)
+        error: BaseException | None = None
+    except Exception as exc:
+        submitted, error = None, exc
+    return Result(claim, "submit", answer=submitted, error=error)
 
 
 def run_action(claim: Claim) -> NodeState | None:
@@ -212,12 +247,12 @@ def _ask(method: str) -> Callable[[Claim], Result]:
 
 
 def _ask_each_then_apply(
-    claims: list[Claim], ask: Callable[[Claim], Result]
+    claims: list[Claim], ask: Callable[[Claim], Result], backlog: bool | None = None
 ) -> dict[int, NodeState | None]:
     """Ask the venue about each claimed node in turn (no transaction open) and write the
     answers together (see ``results.Unwritten``). Returns each node's new state (None where
     it did not move)."""
-    unwritten = Unwritten()
+    unwritten = Unwritten(batch_size=len(claims), backlog=backlog)
     with LeaseKeeper(claims) as leases:
         for claim in claims:
             leases.tick()
@@ -226,14 +261,18 @@ def _ask_each_then_apply(
     return {result.claim.node_id: result.value for result in unwritten.seen}
 
 
-def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
+def run_observes(
+    claims: list[Claim], *, backlog: bool | None = None
+) -> dict[int, NodeState | None]:
     """One observation of each claimed SUBMITTED/OBSERVING node: COMPLETED, FAILED, UNKNOWN
     (ambiguous, or a reorg: recorded with its evidence first), or still pending (polled again
     later). Returns each node's new state (None while still pending)."""
-    return _ask_each_then_apply(claims, _ask("observe"))
+    return _ask_each_then_apply(claims, _ask("observe"), backlog)
 
 
-def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
+def run_recovers(
+    claims: list[Claim], *, backlog: bool | None = None
+) -> dict[int, NodeState | None]:
     """Reconcile each claimed UNKNOWN node with its venue: SUBMITTED, COMPLETED or FAILED; any
     error or an unanswerable question leaves the node UNKNOWN, to be asked again later."""
-    return _ask_each_then_apply(claims, _ask("recover"))
+    return _ask_each_then_apply(claims, _ask("recover"), backlog)

@@ -21,30 +21,51 @@ from movements.services.execution.claims import (
     lease_free,
     worker_identity,
 )
+from movements.services.execution.leases import reap_expired_leases
 from movements.services.execution.runs import run_actions, run_observes, run_recovers
 from movements.states import NodeState
 
 NS = NodeState
 
 
-def _run_dispatched(claims: list[Claim]) -> None:
-    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE])
-    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE])
+def _run_dispatched(claims: list[Claim], *, backlog: bool | None = None) -> None:
+    # The action nodes first: each was claimed PREPARING and is about to move money, while
+    # an observe node only polls (a first look a moment later costs nothing).
+    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE], backlog=backlog)
+    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE], backlog=backlog)
+
+
+def claim_sizes(smallest: int, largest: int):
+    """The claim sizes of one sweep: ``smallest`` first, doubling after each full claim up to
+    ``largest`` (send the size a claim came back with). A short queue is taken a few nodes
+    at a time (low latency; a worker's death parks few nodes until their leases expire), a
+    long one in large claims (fewer claim transactions)."""
+    size = max(1, min(smallest, largest))
+    while True:
+        got = yield size
+        if got is not None and got >= size:
+            size = min(size * 2, max(1, largest))
 
 
 def _sweep(claim_batch, run_batch, *, owner: str, limit: int, as_of: Any = None) -> int:
-    """Claim due nodes a batch at a time (``QTG_CLAIM_BATCH`` per claim transaction) and run
-    the batch, until none is left or ``limit`` ran. Only what was due when the sweep began
-    counts as due, so a node polled again right away is left for the next sweep."""
+    """Claim due nodes a batch at a time (sizes from ``claim_sizes``, up to
+    ``QTG_CLAIM_BATCH``) and run the batch, until none is left or ``limit`` ran. Only what
+    was due when the sweep began counts as due, so a node polled again right away is left for
+    the next sweep. Every sweep first reaps expired leases, so a dead worker's nodes move on
+    whichever worker sweeps next, not only when beat's reaper runs."""
+    reap_expired_leases()
     done, as_of = 0, as_of or timezone.now()
+    sizes = claim_sizes(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH)
+    size = next(sizes)
     while done < limit:
-        claims = claim_batch(
-            owner=owner, as_of=as_of, limit=min(settings.QTG_CLAIM_BATCH, limit - done)
-        )
+        claims = claim_batch(owner=owner, as_of=as_of, limit=min(size, limit - done))
         if not claims:
             break
-        run_batch(claims)
+        # A claim that came back full says more is waiting (hold results for one write); one
+        # that did not, that the queue is short (write each result as it comes).
+        run_batch(claims, backlog=len(claims) >= size)
         done += len(claims)
+        size = sizes.send(len(claims))
     return done
 
 

@@ -1,6 +1,5 @@
-"""``manage.py qtg_status``: what ``/health/`` checks, and the money in flight per asset."""
-
-import asyncio
+"""``manage.py qtg_status``: what ``/health/ready`` checks (the same checks, the same budget),
+and the money in flight per asset."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -10,17 +9,24 @@ from qtg.core import money
 
 
 class Command(BaseCommand):
-    help = "Health (database, broker, beat, worker) and money in flight; exit 1 if unhealthy."
+    help = (
+        "Readiness (database, broker, beat, workers, venues) and money in flight; "
+        "exit 1 if unhealthy."
+    )
 
     def handle(self, *args, **options):
-        health = report(asyncio.run(run_checks()))
+        health = report(run_checks())
         self.stdout.write(f"health: {health['status'].upper()}")
         for name, check in health["checks"].items():
             style = self.style.SUCCESS if check["status"] == "ok" else self.style.ERROR
             self.stdout.write(f"  {name:<9} {style(check['detail'])}")
+        for weakened in health["weakened"]:
+            self.stdout.write(
+                self.style.WARNING(f"  weakened: {weakened['variable']} ({weakened['cost']})")
+            )
         if health["checks"]["database"]["status"] == "ok":
             self._numbers()
-        if health["status"] != "ok":
+        if health["status"] == "fail":
             raise CommandError("unhealthy")
 
     def _numbers(self) -> None:

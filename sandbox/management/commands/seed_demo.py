@@ -6,11 +6,12 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from movements.models import AddressBookEntry, ApprovalPolicy, EntryStatus, PolicyStatus
+from movements.permissions import OPERATORS, SUPERVISORS, ensure_operator_groups
 from movements.services import movement_approve, movement_create
 from movements.services.address_book import address_approve, address_propose
 from movements.services.approvals import approval_policy_activate, approval_policy_propose
@@ -19,28 +20,14 @@ from qtg.core.actors import Actor
 from qtg.core.errors import QTGError
 from reservations.services import hardcap_ensure_demo_defaults
 
-OPERATOR_PERMS = (
-    "view_movementrequest",
-    "approve_movement",
-    "reject_movement",
-    "resume_manual_gate",
-    "cancel_movement",
-)
-SUPERVISOR_PERMS = (
-    *OPERATOR_PERMS,
-    "resolve_unknown_node",
-    "resume_intervention",
-    "retry_node",
-    "force_complete_movement",
-    "force_fail_movement",
-    "cancel_in_transit",
-    "propose_override",
-    "confirm_override",
-    "propose_approvalpolicy",
-    "decide_approvalpolicy",
-    "propose_addressbookentry",
-    "decide_addressbookentry",
-)
+# The demo users and the console groups they are in (movements/permissions.py, the README's
+# role table). Two supervisors, so a two-person override can be proposed by one and
+# confirmed by the other.
+DEMO_USERS: dict[str, tuple[str, ...]] = {
+    "operator": (OPERATORS,),
+    "supervisor": (SUPERVISORS,),
+    "supervisor2": (SUPERVISORS,),
+}
 
 # The demo's approval policy: movements above 10,000 need two approvers.
 DEMO_POLICY = {"key": "above-10k", "approvals_required": 2, "amount_above": "10000"}
@@ -121,6 +108,17 @@ LOCAL_DEMO_MOVEMENTS: list[tuple[str, str, str, str, str, str, dict[str, Any], b
         "withdrawal through the local exchange's real API (Binance to Upbit)",
     ),
     (
+        "local-cex-2",
+        "cex_to_cex",
+        "USDT",
+        "250",
+        "sandbox-exchange-b",
+        "sandbox-exchange-d",
+        {},
+        True,
+        "withdrawal through the local exchange's real API (Upbit to Bithumb)",
+    ),
+    (
         "local-evm-1",
         "evm_transfer",
         "USDC",
@@ -177,12 +175,6 @@ def demo_movements() -> list[tuple[str, str, str, str, str, str, dict[str, Any],
     ]
 
 
-def _perms(codenames) -> list[Permission]:
-    return list(
-        Permission.objects.filter(content_type__app_label="movements", codename__in=codenames)
-    )
-
-
 class Command(BaseCommand):
     help = "Create the demo users (printing their passwords) and demo movements."
 
@@ -193,7 +185,7 @@ class Command(BaseCommand):
             help="give existing demo users new passwords (and print them)",
         )
 
-    def _user(self, username: str, *, perms=(), superuser=False, reset=False):
+    def _user(self, username: str, *, groups=(), superuser=False, reset=False):
         user = User.objects.filter(username=username).first()
         password = None
         if user is None:
@@ -209,8 +201,11 @@ class Command(BaseCommand):
             password = secrets.token_urlsafe(9)
             user.set_password(password)
             user.save(update_fields=["password"])
-        if perms:
-            user.user_permissions.add(*_perms(perms))
+        if groups:
+            # What a demo user may do is its groups' permissions only (earlier demos granted
+            # some directly).
+            user.groups.set(Group.objects.filter(name__in=groups))
+            user.user_permissions.clear()
         return User.objects.get(pk=user.pk), password
 
     def _controls(self, *, proposer: Actor, second: Actor) -> None:
@@ -244,11 +239,10 @@ class Command(BaseCommand):
     @transaction.atomic
     def handle(self, *args, reset_passwords=False, **options):
         reset = reset_passwords
-        users = {
-            "admin": self._user("admin", superuser=True, reset=reset),
-            "operator": self._user("operator", perms=OPERATOR_PERMS, reset=reset),
-            "supervisor": self._user("supervisor", perms=SUPERVISOR_PERMS, reset=reset),
-        }
+        ensure_operator_groups()
+        users = {"admin": self._user("admin", superuser=True, reset=reset)}
+        for username, groups in DEMO_USERS.items():
+            users[username] = self._user(username, groups=groups, reset=reset)
         # Reservations fail closed: the demo assets need hardcaps before any movement.
         hardcap_ensure_demo_defaults()
         operator, supervisor = users["operator"][0], users["supervisor"][0]

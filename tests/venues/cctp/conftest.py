@@ -31,13 +31,13 @@ def units(amount: str) -> int:
 
 @pytest.fixture(scope="session")
 def chain_a():
-    with Anvil(chain_id=31337) as chain:
+    with Anvil(chain_id=31337, finalized_lag=2) as chain:
         yield chain
 
 
 @pytest.fixture(scope="session")
 def chain_b():
-    with Anvil(chain_id=31338) as chain:
+    with Anvil(chain_id=31338, finalized_lag=2) as chain:
         yield chain
 
 
@@ -97,16 +97,22 @@ CONFIRMATIONS = 3
 
 
 @pytest.fixture
+def rpc_a(chain_a):
+    """The URL the product uses for chain A (a test may put a proxy in front of it)."""
+    return chain_a.url
+
+
+@pytest.fixture
 def rpc_b(chain_b):
     """The URL the product uses for chain B (a test may put a proxy in front of it)."""
     return chain_b.url
 
 
 @pytest.fixture
-def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris, rpc_b):
+def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris, rpc_a, rpc_b):
     """chains.yaml for the two devchains and the Iris stand-in, read by the product."""
     a, b = cctp
-    monkeypatch.setenv(RPC_A_ENV, chain_a.url)
+    monkeypatch.setenv(RPC_A_ENV, rpc_a)
     monkeypatch.setenv(RPC_B_ENV, rpc_b)
     monkeypatch.setenv(IRIS_ENV, iris.url)
     monkeypatch.setenv(KEY_A_ENV, chain_a.accounts[1].private_key)

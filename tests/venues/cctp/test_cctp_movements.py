@@ -9,7 +9,7 @@ import pytest
 from web3.logs import DISCARD
 
 from movements.models import MovementAttention, MovementEvent
-from movements.services import intervention_resume, movement_approve, movement_create
+from movements.services import movement_approve, movement_create
 from movements.states import TERMINAL_REQUEST_STATES, NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.venues import provide_venues
@@ -88,21 +88,6 @@ def settle(request, chains, *, timeout=60.0, each=None):
     states = lambda: dict(request.nodes.values_list("node_key", "node_state"))  # noqa: E731
     run_until(done, chains, timeout=timeout, each=each, what=f"settled ({states()})")
     return request
-
-
-def recovered_then_resumed(request, chains, node_key, operator):
-    """An ambiguity stops the movement for a person (MANUAL_INTERVENTION) while recovery
-    settles the node by itself; then an operator resumes and the movement runs to its end."""
-    assert request.request_state == RequestState.MANUAL_INTERVENTION
-    run_until(
-        lambda: node(request, node_key).node_state == NodeState.COMPLETED,
-        chains,
-        what=f"{node_key} recovered",
-    )
-    intervention_resume(
-        request=request, actor=Actor.for_user(operator), reason="recovery found it on chain"
-    )
-    return settle(request, chains)
 
 
 def supply(domain):
@@ -188,8 +173,8 @@ def rpc_b(lossy_b):
     return lossy_b.url
 
 
-def test_a_lost_mint_response_is_recovered_and_mints_once(
-    venues_on, funded, cctp, chain_a, chain_b, bob, creator, operator, lossy_b
+def test_a_lost_mint_response_is_found_by_its_hash_and_completes_by_itself_minting_once(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, lossy_b
 ):
     _, b = cctp
     before = b.usdc_balance(bob)
@@ -197,12 +182,11 @@ def test_a_lost_mint_response_is_recovered_and_mints_once(
     lossy_b.lose_response("eth_sendRawTransaction", times=1)
 
     request = settle(create(creator, bob), [chain_a, chain_b])
-    assert NodeState.UNKNOWN in node_path(request, "mint")
-    request = recovered_then_resumed(request, [chain_a, chain_b], "mint", operator)
 
+    # No person needed: the hash showed at once that the node has it (no doubt, no UNKNOWN).
     assert request.request_state == RequestState.COMPLETED
     assert [method for method, _ in lossy_b.lost] == ["eth_sendRawTransaction"]
-    assert NodeState.UNKNOWN in node_path(request, "mint")
+    assert NodeState.UNKNOWN not in node_path(request, "mint")
     assert b.usdc_balance(bob) == before + UNITS
     assert len(mints(b, burn_message(request, cctp[0]).nonce)) == 1
     (mint_tx,) = ChainTransaction.objects.filter(movement=request, node__node_key="mint")
@@ -283,6 +267,36 @@ def test_a_burn_reorged_before_attestation_is_rebroadcast_and_mints_once(
     assert_history_replays(request)
 
 
+def test_a_mint_reorged_within_confirmations_is_rebroadcast_and_completes_by_itself(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    a, b = cctp
+    before = b.usdc_balance(bob)
+    reorged = []
+
+    def reorg_the_mint():
+        mint = ChainTransaction.objects.filter(node__node_key="mint").first()
+        if reorged or mint is None or mint.state != TxState.CONFIRMED:
+            return
+        chain_b.reorg(chain_b.block_number() - mint.block_number + 1)  # the mint is gone
+        reorged.append(mint.tx_hash)
+
+    request = settle(create(creator, bob), [chain_a, chain_b], each=reorg_the_mint)
+    assert reorged
+
+    # Recovered like an EVM transfer: no person needed, minted once.
+    assert request.request_state == RequestState.COMPLETED
+    assert NodeState.UNKNOWN not in node_path(request, "mint")
+    (mint_tx,) = ChainTransaction.objects.filter(movement=request, node__node_key="mint")
+    assert mint_tx.tx_hash == reorged[0] and mint_tx.state == TxState.FINALIZED
+    events = [e.evidence for e in mint_tx.events.order_by("id")]
+    assert any("reorg" in e for e in events) and any("rebroadcast" in e for e in events)
+    assert b.usdc_balance(bob) == before + UNITS
+    assert len(mints(b, burn_message(request, a).nonce)) == 1
+    assert MovementAttention.objects.filter(request=request, reason="reorg").exists()
+    assert_history_replays(request)
+
+
 def test_a_tampered_attestation_is_refused_by_the_chain_and_the_movement_needs_a_person(
     venues_on, funded, cctp, chain_a, chain_b, bob, creator, iris
 ):
@@ -348,3 +362,215 @@ def test_a_mint_another_relayer_landed_first_is_the_one_mint(
     assert "Nonce already used" in (mint.result.get("revert_reason") or "")
     assert node(request, "mint_observe").result["tx_hash"] == front_run[0]
     assert_history_replays(request)
+
+
+@pytest.fixture
+def lagging_a(chain_a):
+    with LossyRpcProxy(chain_a.url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def rpc_a(lagging_a):
+    return lagging_a.url
+
+
+def test_a_burn_whose_lookups_lag_is_never_called_dropped_and_the_movement_completes(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, lagging_a
+):
+    _, b = cctp
+    before = b.usdc_balance(bob)
+    chain_a.set_automine(False)  # blocks are mined once a turn
+    request = create(creator, bob)
+    lagged = []
+
+    def lag_the_burn():
+        burn = ChainTransaction.objects.filter(
+            movement=request, node__node_key="burn", tx_hash__gt=""
+        ).first()
+        if burn is not None and not lagged:
+            # Mined at the end of this turn; the backend says "not found" for 10 s.
+            lagging_a.lag_lookups(burn.tx_hash, seconds=10)
+            lagged.append(burn.tx_hash)
+
+    request = settle(request, [chain_a, chain_b], timeout=90, each=lag_the_burn)
+
+    assert lagged and lagging_a.lagged
+    assert request.request_state == RequestState.COMPLETED
+    (burn,) = ChainTransaction.objects.filter(movement=request, node__node_key="burn")
+    assert burn.tx_hash == lagged[0] and burn.state == TxState.FINALIZED
+    assert not burn.events.filter(to_state=TxState.DROPPED).exists()
+    assert NodeState.UNKNOWN not in node_path(request, "burn")
+    attentions = MovementAttention.objects.filter(request=request)
+    reasons = set(attentions.values_list("reason", flat=True))
+    assert "dropped" not in reasons
+    assert b.usdc_balance(bob) == before + UNITS
+
+
+def test_a_burn_whose_nonce_a_foreign_transaction_took_fails_and_nothing_is_burned(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    """The same rule as an EVM transfer (one recovery rule for every EVM sender): dropped at
+    finality is FAILED, never an UNKNOWN left for ever with the movement EXECUTING."""
+    from standins.contracts import send_transaction
+
+    a, b = cctp
+    treasury = chain_a.accounts[1]
+    before_a, before_b = a.usdc_balance(treasury.address), b.usdc_balance(bob)
+    chain_a.set_automine(False)  # blocks are mined once a turn
+    request = create(creator, bob)
+    taken = []
+
+    def take_the_nonce():
+        burn = ChainTransaction.objects.filter(
+            movement=request, node__node_key="burn", tx_hash__gt=""
+        ).first()
+        if taken or burn is None or burn.state not in (TxState.BROADCAST, TxState.PENDING):
+            return
+        chain_a.drop_transaction(burn.tx_hash)
+        send_transaction(
+            chain_a.web3,
+            treasury,
+            {"to": treasury.address, "value": 0, "nonce": burn.nonce},
+            wait=False,
+        )
+        taken.append(burn.tx_hash)
+
+    request = settle(request, [chain_a, chain_b], timeout=90, each=take_the_nonce)
+
+    assert taken
+    assert request.request_state == RequestState.FAILED
+    (burn,) = ChainTransaction.objects.filter(movement=request, node__node_key="burn")
+    assert burn.state == TxState.DROPPED
+    assert node_path(request, "burn")[-2:] == [NodeState.UNKNOWN, NodeState.FAILED]
+    assert request.reservation.state == "RELEASED"
+    assert a.usdc_balance(treasury.address) == before_a  # nothing burned
+    assert b.usdc_balance(bob) == before_b
+
+
+def test_a_movement_above_the_burn_limit_per_message_is_refused_at_create(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    a, _ = cctp
+    a.set_burn_limit(10 * 10**6)  # 10 USDC per message, as Circle's TokenMinter says
+
+    request = movement_create(
+        template="cctp",
+        asset="USDC",
+        amount=AMOUNT,
+        source=TREASURY,
+        destination=bob,
+        params={"source_chain": "ethereum", "destination_chain": "arbitrum"},
+        actor=Actor.for_user(creator),
+    )
+
+    assert request.request_state == RequestState.FAILED
+    assert "above the per-message burn limit of 10 USDC" in request.failure_reason
+    assert not request.nodes.exists()
+    assert not ChainTransaction.objects.exists()  # no allowance, no burn
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_first_burns_at_once_send_one_allowance_approve(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    import threading
+    from decimal import Decimal
+
+    from django.db import connection, connections
+
+    from movements.executors.base import ExecutionContext, TransientError
+    from venues.cctp.executors import CctpBurn
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the sender's row lock is PostgreSQL's (SQLite serialises all writers)")
+    requests = [create(creator, bob, amount="1") for _ in range(2)]
+    contexts = [
+        ExecutionContext(
+            request_id=str(request.pk),
+            node_id=node(request, "burn").pk,
+            node_key="burn",
+            attempt=1,
+            asset="USDC",
+            amount=Decimal("1"),
+            source=TREASURY,
+            destination=bob,
+            config=request.plan_nodes.get(key="burn").config,
+            params=request.params,
+        )
+        for request in requests
+    ]
+    both = threading.Barrier(2)
+    outcomes = []
+
+    def first_burn(ctx):
+        try:
+            both.wait()
+            CctpBurn().prepare(ctx)
+        except TransientError:
+            outcomes.append("waiting for the allowance")
+        except Exception as exc:  # reported by the assertion below
+            outcomes.append(repr(exc))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=first_burn, args=(ctx,)) for ctx in contexts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert outcomes == ["waiting for the allowance"] * 2
+    approvals = ChainTransaction.objects.filter(chain="ethereum", node__isnull=True)
+    assert approvals.count() == 1
+    assert approvals.get().events.first().evidence["owned_by"] == "sender"
+
+
+def test_a_signed_allowance_of_a_failed_movement_is_the_senders_and_is_sent_not_filled(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator
+):
+    from decimal import Decimal
+
+    from movements.executors.base import ExecutionContext
+    from venues.cctp.allowance import _approvals, _create_approval, settle_allowances
+    from venues.cctp.config import cctp_chain
+    from venues.evm.config import evm_chain
+    from venues.evm.tx import Transfer, sign_stored, signer_of
+    from venues.evm.tx.gaps import fill_nonce_gaps
+
+    a, _ = cctp
+    a.set_burn_limit(1)
+    failed = movement_create(  # refused at create: the movement ends FAILED
+        template="cctp",
+        asset="USDC",
+        amount=AMOUNT,
+        source=TREASURY,
+        destination=bob,
+        params={"source_chain": "ethereum", "destination_chain": "arbitrum"},
+        actor=Actor.for_user(creator),
+    )
+    a.set_burn_limit(2**256 - 1)
+    assert failed.request_state == RequestState.FAILED
+    chain, cctp_a = evm_chain("ethereum"), cctp_chain("ethereum")
+    sender = chain.account(TREASURY).address
+    owner = Transfer(chain, sender, TREASURY, cctp_a.token_messenger, "USDC", 0, cctp_a.usdc)
+    ctx = ExecutionContext(
+        str(failed.pk), 0, "burn", 1, "USDC", Decimal(AMOUNT), TREASURY, bob, {}, {}
+    )
+    # A worker signed the approve for that movement and died before sending it.
+    approve = _create_approval(
+        ctx, owner, chain_a.web3, usdc=cctp_a.usdc, spender=cctp_a.token_messenger
+    )
+    approve = sign_stored(approve, signer_of(owner))
+
+    report = fill_nonce_gaps(chain, sender)
+
+    approve.refresh_from_db()
+    assert report.filled == [] and approve.state == TxState.SIGNED  # not an orphan
+    settle_allowances(chain, sender, cctp_a.usdc)
+    chain_a.mine()
+    settle_allowances(chain, sender, cctp_a.usdc)
+    approve.refresh_from_db()
+    assert approve.state in (TxState.CONFIRMED, TxState.FINALIZED)
+    assert a.usdc.functions.allowance(sender, cctp_a.token_messenger).call() > 0
+    assert _approvals(chain, sender, cctp_a.usdc) in ([], [approve])

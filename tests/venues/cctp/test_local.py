@@ -117,7 +117,8 @@ def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
         processes += local.start(env, tmp_path)
         written = yaml.safe_load(Path(env["QTG_CHAINS_CONFIG"]).read_text())
 
-        assert len(processes) == 3  # the EVM adapter's anvil, devchain-b and Iris
+        # The EVM adapter's anvil and its two endpoint proxies, devchain-b and Iris.
+        assert len(processes) == 5
         chain_ids = [entry["chain_id"] for entry in written["chains"].values()]
         assert sorted(chain_ids) == [31337, 31338]  # one entry per chain
         devchain = written["chains"]["devchain"]

@@ -13,6 +13,7 @@ from qtg.core.actors import Actor
 from qtg.core.venues import provide_venues
 from standins.exchange import LocalExchange
 from tests.execution.conftest import run_workers_once
+from venues.cex import clock, venue
 
 # our venue name -> (stand-in venue, its account name there)
 ACCOUNTS = {
@@ -20,7 +21,11 @@ ACCOUNTS = {
     "binance-receiver": ("binance", "receiver"),
     "upbit-sender": ("upbit", "sender"),
     "upbit-receiver": ("upbit", "receiver"),
+    "bithumb-sender": ("bithumb", "sender"),
+    "bithumb-receiver": ("bithumb", "receiver"),
 }
+# Bithumb's travel-rule fields, sent with every withdrawal from a Bithumb account.
+TRAVEL_RULE = {"exchange_name": "test", "receiver_type": "personal", "receiver_en_name": "QTG"}
 SECRETS = {
     name: (f"key-{name}-0123456789abcdef", f"secret-{name}-s3cr3t-fedcba9876543210")
     for name in ACCOUNTS
@@ -65,6 +70,7 @@ def exchanges_yaml(base_url: str, *, rate_limit: dict | None = None, timeout: fl
             "api_key": {"env": env_name(name, "API_KEY")},
             "secret": {"env": env_name(name, "SECRET")},
             "visibility_seconds": VISIBILITY_SECONDS,
+            **({"withdraw_params": TRAVEL_RULE} if kind == "bithumb" else {}),
         }
     return {"version": 1, "exchanges": exchanges}
 
@@ -89,6 +95,10 @@ def exchange(local_exchange, settings, monkeypatch, tmp_path):
     """A fresh local exchange, the exchanges configuration pointing at it, the credentials in
     the environment, the real executors chosen; polls and retries immediate."""
     local_exchange.reset()
+    # What a process remembers of the exchange (its clock, its withdrawal rules) is measured
+    # again against the fresh one.
+    clock.forget()
+    venue.forget_rules()
     path = tmp_path / "exchanges.yaml"
     path.write_text(yaml.safe_dump(exchanges_yaml(local_exchange.base_url)))
     settings.QTG_EXCHANGES_CONFIG = str(path)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from movements.services import movement_create
 from qtg.core.actors import Actor
+from qtg.core.venues import provide_venues
 from tests.movements.drive import node
 from tests.venues.cex.conftest import create, drive, story
 from venues.cex import local, ratelimit
@@ -106,8 +107,17 @@ def test_make_run_starts_the_local_exchange_with_funded_demo_accounts(make_run_e
     assert oct(os.stat(var_dir / "local-exchange-accounts.yaml").st_mode & 0o777) == "0o600"
 
 
-def test_the_demo_movement_completes_against_the_local_exchange_make_run_starts(
-    make_run_exchange, creator, settings, monkeypatch
+@pytest.mark.parametrize(
+    "source,destination,asset,amount,arrived",
+    [
+        # seed_demo's local-cex-1: Binance keeps its 1 USDC fee out of what it sends.
+        ("sandbox-exchange-a", "sandbox-exchange-b", "USDC", "2500.00", "2499"),
+        # seed_demo's local-cex-2: Upbit charges its fee on top.
+        ("sandbox-exchange-b", "sandbox-exchange-d", "USDT", "250", "250"),
+    ],
+)
+def test_the_demo_movements_complete_against_the_local_exchange_make_run_starts(
+    make_run_exchange, creator, settings, monkeypatch, source, destination, asset, amount, arrived
 ):
     env, _ = make_run_exchange
     for name, value in env.items():
@@ -115,18 +125,12 @@ def test_the_demo_movement_completes_against_the_local_exchange_make_run_starts(
     settings.QTG_EXCHANGES_CONFIG = env["QTG_EXCHANGES_CONFIG"]
     settings.QTG_EXECUTOR_DEFAULT_PROVIDER = "venues"
     settings.QTG_OBSERVE_POLL_SECONDS = 0.2
-    # The demo's first movement, as seed_demo creates it.
-    request = create(
-        creator,
-        source="sandbox-exchange-a",
-        destination="sandbox-exchange-b",
-        asset="USDC",
-        amount="2500.00",
-    )
+    # make run's processes read the configuration at start, which names every account.
+    provide_venues(list(local.DEMO_ACCOUNTS))
+    request = create(creator, source=source, destination=destination, asset=asset, amount=amount)
 
     # Nobody plays the chain here but the local exchange's own courier (5 s).
     request = drive(request, timeout=60, deliver=False)
 
     assert request.request_state == "COMPLETED", story(request)
-    deposit = node(request, "deposit_observe").result["deposit"]
-    assert deposit["amount"] == "2499"  # Binance kept its 1 USDC fee
+    assert node(request, "deposit_observe").result["deposit"]["amount"] == arrived

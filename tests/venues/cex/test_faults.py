@@ -62,7 +62,10 @@ def test_a_history_lagging_past_the_first_recovery_still_ends_completed_with_one
     assert path[-3:] == ["SUBMITTING", "UNKNOWN", "COMPLETED"]
     assert "FAILED" not in path
     withdraw = node(request, "withdraw")
-    assert withdraw.result["not_found_answers"] >= 1, "recovery asked before the history showed it"
+    # Recovery asked before the history showed it, and asked again later: inside Binance's
+    # request window "not found" is no answer yet (a redispatch); Upbit's is NOT_FOUND.
+    asked = withdraw.result.get("not_found_answers", 0) + withdraw.dispatch_count - 1
+    assert asked >= 1, "recovery asked before the history showed it"
     assert len(withdrawals(exchange, kind, account)) == 1
     assert_history_replays(request)
 

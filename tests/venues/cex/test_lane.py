@@ -56,3 +56,19 @@ def test_a_split_withdrawal_from_both_exchanges_completes_when_both_deposits_mat
     # Binance sent its half less its fee; Upbit sent its half whole (its fee on top).
     assert credited[from_binance["txid"]]["deposit"]["amount"] == "24"
     assert credited[from_upbit["txid"]]["deposit"]["amount"] == "25"
+
+
+@pytest.mark.parametrize(
+    "source,destination",
+    [("upbit-sender", "bithumb-receiver"), ("bithumb-sender", "upbit-receiver")],
+)
+def test_a_movement_between_upbit_and_bithumb_completes(exchange, creator, source, destination):
+    request = drive(create(creator, source=source, destination=destination), exchange)
+
+    assert request.request_state == "COMPLETED", story(request)
+    kind, account = source.split("-")
+    [sent] = withdrawals(exchange, kind, account)
+    deposit = node(request, "deposit_observe").result["deposit"]
+    assert deposit["txid"] == sent["txid"]
+    # Both charge the fee on top: the 25 asked for arrive.
+    assert Decimal(deposit["amount"]) == Decimal("25")

@@ -30,7 +30,7 @@ TOKEN_SUPPLY = 10**6  # whole tokens minted to the treasury
 
 @pytest.fixture(scope="session")
 def devchain():
-    with Anvil(chain_id=CHAIN_ID) as chain:
+    with Anvil(chain_id=CHAIN_ID, finalized_lag=2) as chain:
         yield chain
 
 

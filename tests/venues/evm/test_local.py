@@ -2,6 +2,7 @@
 
 import os
 
+import httpx
 import pytest
 
 from movements.states import RequestState
@@ -41,6 +42,12 @@ def test_the_local_devchain_is_configured_for_the_product_and_carries_a_transfer
     assert local_devchain["QTG_CHAINS_CONFIG"].endswith("chains.yaml")
     assert os.environ[local.RPC_ENV] == local_devchain[local.RPC_ENV]
     assert web3_for(chain).eth.chain_id == local.CHAIN_ID
+    # Two endpoints, each a stand-in proxy whose faults a shell can switch on.
+    assert chain.endpoint_envs == (local.RPC_ENV, local.RPC_ENV_B)
+    assert chain.post_final_watch == local.POST_FINAL_WATCH
+    control = {"jsonrpc": "2.0", "id": 1, "method": "standin_trailHead", "params": [None]}
+    for env in chain.endpoint_envs:
+        assert httpx.post(local_devchain[env], json=control).json()["result"] is True
 
     request = settle(transfer(creator, recipient, amount="2.5"), None, mine=0, timeout=60)
 

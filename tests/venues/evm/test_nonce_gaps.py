@@ -17,9 +17,10 @@ from qtg.core.actors import Actor
 from tests.execution.conftest import run_workers_once
 from tests.movements.drive import node
 from tests.venues.evm.conftest import CHAIN, balance, settle, transfer
-from venues.evm import client, transfers
+from venues.evm import client
 from venues.evm.config import evm_chain
-from venues.evm.gaps import fill_nonce_gaps
+from venues.evm.tx import sign as transfers
+from venues.evm.tx.gaps import fill_nonce_gaps
 from venues.models import ChainTransaction, TxPurpose, TxState
 
 pytestmark = [pytest.mark.devchain, pytest.mark.django_db]

@@ -93,3 +93,96 @@ def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twic
         node_key="transfer", new_state="SUBMITTING", actor_id__startswith="worker:"
     ).values_list("actor_id", flat=True)
     assert len({actor.split(":")[2] for actor in actors}) >= 2, "one worker did all the work"
+
+
+@pytest.fixture
+def lagging_cluster(devchain, tokens, chain_config, tmp_path, monkeypatch):
+    """Beat, no worker yet, every process reaching the chain through a backend that lags
+    (``standins.rpc_proxy``: the test makes it answer "not found" for chosen hashes)."""
+    from standins.rpc_proxy import LossyRpcProxy
+    from tests.venues.evm.conftest import RPC_ENV
+
+    with LossyRpcProxy(devchain.url) as proxy:
+        monkeypatch.setenv(RPC_ENV, proxy.url)
+        config = chain_config(confirmations=2, broadcast_window_seconds=2)
+        devchain.set_interval_mining(1)
+        running = Cluster(tmp_path, workers=0)
+        running.env["QTG_CHAINS_CONFIG"] = str(config)
+        running.start()
+        try:
+            yield running, proxy
+        finally:
+            running.stop()
+
+
+def test_worker_kills_and_a_lagging_backend_leave_balances_matching_the_completed_transfers(
+    lagging_cluster, devchain, tokens, creator, recipient
+):
+    """Issue 25's run: real workers SIGKILLed while every transaction's receipt and body are
+    "not found" for a while after it is signed. Whatever ends, the recipient holds exactly
+    the COMPLETED transfers, and no movement whose transfer is on chain is FAILED or had its
+    reservation released."""
+    import time
+    from decimal import Decimal
+
+    cluster, proxy = lagging_cluster
+    usdc = tokens["USDC"]
+    before = balance(devchain, usdc, recipient)
+    amounts = ["1.5", "2.25", "0.75", "3", "1.125", "2"]
+    requests = [transfer(creator, recipient, amount=amount) for amount in amounts]
+    lagged, deaths, deadline = set(), [], time.monotonic() + 300
+
+    def lag_new_transactions():
+        for tx_hash in ChainTransaction.objects.exclude(tx_hash="").values_list(
+            "tx_hash", flat=True
+        ):
+            if tx_hash not in lagged:
+                proxy.lag_lookups(tx_hash, seconds=8)
+                lagged.add(tx_hash)
+
+    # Two workers that SIGKILL themselves at a crash point (QTG_EVM_CRASH_AT), one after the
+    # other.
+    for point in ("after_broadcast", "before_broadcast"):
+        cluster.env["QTG_EVM_CRASH_AT"] = point
+        doomed = cluster.start_worker()
+        while doomed.poll() is None and time.monotonic() < deadline:
+            lag_new_transactions()
+            time.sleep(0.1)
+        deaths.append(point)
+    del cluster.env["QTG_EVM_CRASH_AT"]
+    cluster.start_worker()
+    survivor = cluster.start_worker()
+    killed = False
+    while time.monotonic() < deadline:
+        lag_new_transactions()
+        if not killed and survivor.poll() is None:
+            cluster.kill(survivor.pid)  # and one SIGKILL in the middle of the run
+            cluster.start_worker()
+            killed = True
+        for request in requests:
+            request.refresh_from_db()
+        if all(r.request_state in SETTLED for r in requests):
+            break
+        time.sleep(0.2)
+    kills = len(deaths) + killed
+
+    assert kills == 3 and proxy.lagged
+    assert all(r.request_state in SETTLED for r in requests), [r.request_state for r in requests]
+    w3 = devchain.web3
+    completed = Decimal(0)
+    for request in requests:
+        on_chain = [
+            tx
+            for tx in ChainTransaction.objects.filter(movement=request).exclude(tx_hash="")
+            if w3.eth.get_transaction_receipt(tx.tx_hash) is not None
+        ]
+        request.reservation.refresh_from_db()
+        if on_chain:
+            assert request.request_state != RequestState.FAILED, request.pk
+            assert request.reservation.state != "RELEASED", request.pk
+        if request.request_state == RequestState.COMPLETED:
+            completed += request.amount
+            assert [tx.state for tx in on_chain] == [TxState.FINALIZED]
+    moved = balance(devchain, usdc, recipient) - before
+    assert moved == int(completed * 10**6)
+    assert not ChainTransaction.objects.filter(state=TxState.DROPPED).exists()

@@ -21,7 +21,15 @@ from standins.solana import LocalSolana, Settings
 from tests.execution.conftest import run_workers_once
 from venues.signing import forget_signers
 
-SETTINGS = Settings(slot_seconds=3600, confirmed_after=2, finalized_after=6, blockhash_validity=30)
+# Skipped slots and a first slot far from 0: block height < slot, as on mainnet.
+SETTINGS = Settings(
+    slot_seconds=3600,
+    confirmed_after=2,
+    finalized_after=6,
+    blockhash_validity=30,
+    skip_every=4,
+    first_slot=1000,
+)
 TREASURY = "sol-treasury"
 KEY_ENV = "QTG_TEST_SOLANA_TREASURY_KEY"
 URL_ENV = "QTG_TEST_SOLANA_RPC_URL"

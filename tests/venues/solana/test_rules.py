@@ -27,16 +27,40 @@ levels = st.sampled_from(COMMITMENTS)
     final_height=st.integers(0, 10_000),
     last_valid=st.integers(0, 10_000),
     valid=st.booleans(),
+    status_slot=st.one_of(st.none(), st.integers(0, 20_000)),
+    final_slot=st.one_of(st.none(), st.integers(0, 20_000)),
     wanted=levels,
 )
-def test_a_transaction_not_in_any_block_is_expired_only_when_height_and_node_both_say_so(
-    final_height, last_valid, valid, wanted
+def test_a_transaction_not_in_any_block_is_expired_only_when_height_node_and_status_view_agree(
+    final_height, last_valid, valid, status_slot, final_slot, wanted
 ):
-    seen = Seen(None, None, None, final_height, valid, last_valid)
+    seen = Seen(
+        None,
+        None,
+        None,
+        final_height,
+        valid,
+        last_valid,
+        status_slot=status_slot,
+        final_slot=final_slot,
+    )
 
     expired = fate(seen, wanted=wanted) == Fate.EXPIRED
 
-    assert expired == (final_height > last_valid and not valid)
+    # The null status must be answered at (or past) the finalized slot where the height was
+    # read: a lagging status view proves nothing.
+    covered = status_slot is not None and final_slot is not None and status_slot >= final_slot
+    assert expired == (final_height > last_valid and not valid and covered)
+
+
+@pytest.mark.parametrize(
+    ("status_slot", "final_slot", "expected"),
+    [(None, 500, Fate.PENDING), (499, 500, Fate.PENDING), (500, 500, Fate.EXPIRED)],
+    ids=["no-context", "status-view-behind", "status-view-covers"],
+)
+def test_expiry_needs_a_status_answer_covering_the_decisive_slot(status_slot, final_slot, expected):
+    seen = Seen(None, None, None, 200, False, 150, status_slot=status_slot, final_slot=final_slot)
+    assert fate(seen, wanted="finalized") == expected
 
 
 @given(slot=st.integers(0, 10**9), level=levels, wanted=levels, err=st.none() | st.just("E"))

@@ -10,7 +10,7 @@ from movements.models import MovementAttention
 from tests.execution.conftest import run_workers_once
 from venues.models import ChainTransaction
 
-from .conftest import TREASURY, drive, lamports
+from .conftest import SETTINGS, TREASURY, drive, lamports
 
 pytestmark = [pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 
@@ -125,18 +125,24 @@ def test_a_dropped_transaction_expires_and_the_new_one_lands_exactly_once(solana
 
 def test_a_transaction_landing_at_its_last_valid_height_is_never_replaced(solana, make_movement):
     recipient = Keypair().pubkey()
-    slot = solana.node.state()["slot"]
-    # The executor dates its transaction with the confirmed blockhash: it is valid up to
-    # that slot + the validity window. Hold the transaction until exactly then.
-    last_valid = slot - 2 + 30
-    solana.node.hold_next(until_slot=last_valid)
+    state = solana.node.state()
+    # The executor dates its transaction with the confirmed blockhash: it is valid up to that
+    # block's height + the validity window (a block HEIGHT: skipped slots make it lower than
+    # the slot). Hold the transaction until the slot whose block is exactly at that height.
+    last_valid = state["heights"]["confirmed"] + 30
+    slot, height, every = state["slot"], state["height"], SETTINGS.skip_every
+    while height < last_valid:
+        slot += 1
+        height += 0 if slot % every == 0 else 1
+    assert slot > last_valid  # the slot and the height differ
+    solana.node.hold_next(until_slot=slot)
 
     movement = drive(transfer(make_movement, asset="SOL", amount="0.75", to=recipient), solana.node)
 
     assert movement.request_state == "COMPLETED"
     [record] = ChainTransaction.objects.filter(movement=movement)
     assert record.unsigned["last_valid_block_height"] == last_valid
-    assert record.block_number == last_valid
+    assert record.block_number == slot  # Solana's block_number is the slot it landed in
     assert record.state == "FINALIZED"
     assert balance(solana.node, recipient) == lamports("0.75")
     outcomes = [send["outcome"] for send in solana.node.state()["sends"][record.tx_hash]]
@@ -267,3 +273,65 @@ def test_a_transfer_the_treasury_cannot_pay_fails_at_preflight_with_nothing_sent
     assert "refused" in record.events.get(to_state="FAILED").evidence
     assert record.tx_hash not in solana.node.state()["sends"]
     assert balance(solana.node, recipient) == 0
+
+
+def test_a_status_view_that_misses_a_landing_never_expires_it_or_pays_twice(solana, make_movement):
+    import time
+
+    recipient = Keypair().pubkey()
+    movement = transfer(make_movement, asset="SOL", amount="3", to=recipient)
+    for _ in range(20):
+        run_workers_once()
+        first = ChainTransaction.objects.filter(movement=movement).first()
+        if first is not None and first.state == "BROADCAST":
+            break
+    assert first is not None and first.state == "BROADCAST"
+    # It lands at the next slot; the status view stays stuck before it for a while, while
+    # the chain runs far past its blockhash's last valid height.
+    lag_seconds = 6
+    solana.node.lag_status(first.tx_hash, lag_seconds)
+    lagged_at = time.monotonic()
+    solana.node.advance(1)
+    assert first.tx_hash in solana.node.state()["landed"]
+    solana.node.expire_blockhashes()
+    while time.monotonic() - lagged_at < lag_seconds - 1:
+        run_workers_once()
+        solana.node.advance(1)
+
+    first.refresh_from_db()
+    assert first.state != "EXPIRED"
+    assert ChainTransaction.objects.filter(movement=movement).count() == 1
+
+    time.sleep(max(0.0, lag_seconds - (time.monotonic() - lagged_at)) + 0.2)
+    movement = drive(movement, solana.node)
+
+    assert movement.request_state == "COMPLETED"
+    assert balance(solana.node, recipient) == lamports("3")  # paid once
+    [record] = ChainTransaction.objects.filter(movement=movement)
+    assert record.state == "FINALIZED" and record.tx_hash == first.tx_hash
+    assert not record.events.filter(to_state="EXPIRED").exists()
+
+
+def test_an_spl_token_whose_mint_decimals_differ_from_the_config_is_refused_at_create(
+    solana, make_movement
+):
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(solana.config_path)
+    config = yaml.safe_load(path.read_text())
+    config["chains"]["solana"]["tokens"]["USDC"]["decimals"] = 8  # the mint has 6
+    path.write_text(yaml.safe_dump(config))
+
+    movement = make_movement(
+        "sol_transfer",
+        asset="USDC",
+        amount="5",
+        source=TREASURY,
+        destination=str(Keypair().pubkey()),
+    )
+
+    assert movement.request_state == "FAILED"
+    assert "has 6 decimals, the reviewed config says 8" in movement.failure_reason
+    assert not ChainTransaction.objects.filter(movement=movement).exists()

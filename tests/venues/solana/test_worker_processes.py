@@ -25,12 +25,13 @@ pytestmark = [
 @pytest.fixture
 def running_solana(solana, tmp_path):
     """The treasury of the ``solana`` fixture on a node whose clock runs (workers poll it on
-    their own), with a client timeout long enough for a worker to be caught inside a send."""
+    their own), with a client timeout long enough for a worker to be caught inside a send (and
+    short enough that the lease the fence extended past it lapses well within the test)."""
     with LocalSolana(Settings(slot_seconds=0.1, confirmed_after=2, finalized_after=6)) as node:
         node.airdrop(solana.treasury.pubkey(), 10 * 10**9)
         mint = node.create_mint(decimals=6)
         config = chains_config(mint, solana.treasury)
-        config["chains"]["solana"]["rpc_timeout_seconds"] = 120
+        config["chains"]["solana"]["rpc_timeout_seconds"] = 20
         path = tmp_path / "running-chains.yaml"
         path.write_text(yaml.safe_dump(config))
         yield Solana(node, solana.treasury, mint, str(path))

@@ -26,6 +26,7 @@ events of the two transactions and logged.
 
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -36,18 +37,10 @@ from movements.interface import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
 from qtg.core.errors import StaleState
 from venues.evm import client
 from venues.evm.config import EvmChain
-from venues.evm.transfers import (
-    ACTOR,
-    Track,
-    _confirm,
-    _keep_in_mempool,
-    _rpc,
-    _stored,
-    _to,
-    fees,
-    sign_stored,
-    signer_of_tx,
-)
+from venues.evm.tx.build import fees, signer_of_tx
+from venues.evm.tx.common import ACTOR, move_tx, rpc_read, stored_fields
+from venues.evm.tx.sign import sign_stored
+from venues.evm.tx.track import confirm, follow
 from venues.models import ChainTransaction, NonceCursor, TxPurpose, TxState
 from venues.transactions import chain_transaction_create
 
@@ -68,9 +61,36 @@ class GapReport:
     tracked: list[ChainTransaction] = field(default_factory=list)  # fillers looked at
 
 
+def held_unsigned(chain: EvmChain, sender: str, *, now) -> list[int]:
+    """The sender's CREATED transactions of live nodes older than the chain's
+    ``unsigned_release_seconds`` with a later nonce of the sender waiting behind them: a node
+    that keeps dying before it signs holds the sender's queue; its nonce is filled (bounded
+    time) and the node takes a new one when it signs (``node_transactions`` no longer lists a
+    transaction filled before it was signed)."""
+    cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
+    held = ChainTransaction.objects.filter(
+        chain=chain.name,
+        sender=sender,
+        purpose=TxPurpose.NODE,
+        node__isnull=False,
+        nonce__isnull=False,
+        state=S.CREATED,
+        created_at__lt=cutoff,
+    ).order_by("nonce")
+    waiting = ChainTransaction.objects.filter(chain=chain.name, sender=sender)
+    return [
+        tx.pk
+        for tx in held
+        if waiting.filter(nonce__gt=tx.nonce).exclude(state__in=[S.CREATED]).exists()
+    ]
+
+
 def orphans(chain: str, sender: str):
     """The sender's CREATED/SIGNED transactions with a nonce whose node attempt (or
-    movement) has ended: nothing will ever broadcast them."""
+    movement) has ended: nothing will ever broadcast them. A transaction without a node is
+    the sender's own (the CCTP allowance approve, shared by every burn of the sender): never
+    an orphan while it can land; whoever looks at the sender's allowances signs and sends it
+    (``venues.cctp.allowance``)."""
     ended = Q(node__node_state__in=[str(s) for s in TERMINAL_NODE_STATES]) | Q(
         movement__request_state__in=[str(s) for s in TERMINAL_REQUEST_STATES]
     )
@@ -80,6 +100,7 @@ def orphans(chain: str, sender: str):
             sender=sender,
             purpose=TxPurpose.NODE,
             nonce__isnull=False,
+            node__isnull=False,
             state__in=[S.CREATED, S.SIGNED],
         )
         .filter(ended)
@@ -103,15 +124,16 @@ def fill_nonce_gaps(
     w3 = w3 or client.web3_for(chain)
     report = GapReport()
     candidates = list(orphans(chain.name, sender).values_list("pk", flat=True))
+    candidates += [pk for pk in held_unsigned(chain, sender, now=now) if pk not in candidates]
     if candidates or fillers(chain.name, sender).exclude(state__in=_DONE).exists():
         if head is None:
-            head = _rpc("block number", lambda: w3.eth.block_number)
-        used = _rpc("nonce", w3.eth.get_transaction_count, sender, "latest")
+            head = rpc_read("block number", lambda: w3.eth.block_number)
+        used = rpc_read("nonce", w3.eth.get_transaction_count, sender, "latest")
         for pk in candidates:
             _close_orphan(w3, chain, sender, pk, used=used, head=head, report=report)
         for filler in fillers(chain.name, sender).exclude(state__in=_DONE).order_by("nonce"):
             try:
-                _track_filler(w3, chain, filler, head=head, now=now)
+                follow(w3, chain, filler, head=head, now=now)
             except StaleState:
                 continue  # another worker's look moved it meanwhile
             report.tracked.append(filler)
@@ -152,7 +174,7 @@ def _close_orphan(
         )
         if holder is not None:
             # A transaction of ours (a rival of the same node) holds the nonce: no gap.
-            _to(orphan, S.REPLACED, {"replaced_by": holder.tx_hash, "nonce": nonce, **why})
+            move_tx(orphan, S.REPLACED, {"replaced_by": holder.tx_hash, "nonce": nonce, **why})
             report.settled.append(orphan)
             return
         if nonce < used:
@@ -164,7 +186,7 @@ def _close_orphan(
                 else None
             )
             if receipt is None:
-                _to(
+                move_tx(
                     orphan,
                     S.DROPPED,
                     {"nonce_used_on_chain": nonce, "chain_nonce": used, **why},
@@ -187,7 +209,7 @@ def _close_orphan(
             return
     # The orphan's bytes were mined although its node ended before submitting: money moved
     # for a movement that ended. Recorded on the transaction, logged as an error.
-    _confirm(orphan, mined, head, chain)
+    confirm(orphan, mined, head, chain)
     log.error(
         "chain transaction %s (%s) of an ended node was mined: %s",
         orphan.pk,
@@ -199,9 +221,13 @@ def _close_orphan(
 def _why(orphan: ChainTransaction) -> dict[str, Any]:
     node_state = orphan.node.node_state if orphan.node_id else None
     movement_state = orphan.movement.request_state if orphan.movement_id else None
+    ended = node_state in {str(s) for s in TERMINAL_NODE_STATES} or movement_state in {
+        str(s) for s in TERMINAL_REQUEST_STATES
+    }
+    held = "" if ended else " (held unsigned by a live node past unsigned_release_seconds)"
     return {
         "orphaned": f"node {node_state}, movement {movement_state}, "
-        f"{orphan.state} and never broadcast",
+        f"{orphan.state} and never broadcast{held}",
         "node_id": orphan.node_id,
         "node_state": node_state,
         "movement_state": movement_state,
@@ -209,7 +235,7 @@ def _why(orphan: ChainTransaction) -> dict[str, Any]:
 
 
 def _replace(orphan: ChainTransaction, filler: ChainTransaction, why: dict[str, Any]) -> None:
-    _to(
+    move_tx(
         orphan,
         S.REPLACED,
         {
@@ -249,7 +275,7 @@ def _fill(
         chain=chain.name,
         sender=orphan.sender,
         nonce=int(orphan.nonce),
-        unsigned=_stored(unsigned),
+        unsigned=stored_fields(unsigned),
         actor=ACTOR,
         replaces=orphan,
         purpose=TxPurpose.NONCE_FILL,
@@ -269,22 +295,6 @@ def _fill(
     filler = sign_stored(filler, signer_of_tx(filler))
     _replace(orphan, filler, why)
     return filler
-
-
-def _track_filler(w3: Any, chain: EvmChain, filler: ChainTransaction, *, head: int, now) -> None:
-    """One look at a filler: mined -> CONFIRMED (FINALIZED at the chain's finality), else
-    kept known to the network from its stored bytes (the same rule as a node's transaction;
-    its nonce used by someone else -> DROPPED, the gap is gone either way)."""
-    receipt = _rpc("receipt", client.receipt_of, w3, filler.tx_hash)
-    if filler.state == S.CONFIRMED and (
-        receipt is None or receipt["blockHash"].to_0x_hex() != filler.block_hash
-    ):
-        reorg = {"old_block_number": filler.block_number, "old_block_hash": filler.block_hash}
-        _to(filler, S.PENDING, {"reorg": reorg}, block_number=None, block_hash="", confirmations=0)
-    if receipt is not None:
-        _confirm(filler, receipt, head, chain)
-        return
-    _keep_in_mempool(w3, chain, filler, [filler], Track("waiting", original=filler), now=now)
 
 
 def chain_transaction_filled(orphan: ChainTransaction) -> ChainTransaction | None:

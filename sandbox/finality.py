@@ -1,4 +1,5 @@
-"""Per-chain finality, loaded from the reviewed ``finality.yaml`` next to this module."""
+"""The sandbox's per-chain finality (its simulated chains only; real chains say theirs in
+``venues/chains.yaml``), loaded from the reviewed ``finality.yaml`` next to this module."""
 
 from dataclasses import dataclass
 from functools import cache

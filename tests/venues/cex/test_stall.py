@@ -1,0 +1,141 @@
+"""A worker paused (SIGSTOP) inside the withdraw submit, its request already at the exchange,
+for longer than its lease and the visibility window: real worker processes and beat,
+PostgreSQL, the local exchange holding the request before it executes it. Recovery, in
+another worker, must not conclude "never happened" meanwhile (Binance: not before the signed
+request's window has passed; Upbit: never, from absence alone): one withdrawal, and the
+movement completes."""
+
+import os
+import signal
+import time
+
+import pytest
+import yaml
+
+from movements.models import MovementRequestNode
+from movements.states import NodeState, RequestState
+from qtg.core.venues import provide_venues
+from reservations.models import Reservation, ReservationState
+from standins.exchange import LocalExchange
+from tests.execution.conftest import Cluster, wait_for
+from tests.venues.cex.conftest import (
+    ACCOUNTS,
+    create,
+    credential_env,
+    exchanges_yaml,
+    standin_config,
+    story,
+    withdrawals,
+)
+from venues.cex.models import CexWithdrawal
+
+pytestmark = [
+    pytest.mark.standin,
+    pytest.mark.slow,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+]
+
+# The exchange holds the withdraw request this long before it checks and executes it: past
+# the lease (5 s) and the accounts' visibility window (6 s) of a worker that stopped renewing,
+# inside the request's own signed window (Binance: the 12 s call timeout).
+HOLD_SECONDS = 9
+TIMEOUT_SECONDS = 12
+PAUSE_SECONDS = 22
+
+
+@pytest.fixture
+def stalled(transactional_db, settings, monkeypatch, tmp_path):
+    """The local exchange, two real workers and beat for this test alone: stopped before the
+    test's database is flushed, so no worker holds a lock the flush waits for."""
+    if not settings.DB_IS_POSTGRES:
+        pytest.skip("real worker processes need PostgreSQL")
+    with LocalExchange(standin_config(), deliver_after=0.5) as exchange:
+        config = tmp_path / "exchanges.yaml"
+        config.write_text(
+            yaml.safe_dump(exchanges_yaml(exchange.base_url, timeout=TIMEOUT_SECONDS))
+        )
+        settings.QTG_EXCHANGES_CONFIG = str(config)
+        settings.QTG_VENUES = "local"
+        settings.QTG_EXECUTOR_DEFAULT_PROVIDER = "venues"
+        for name, value in credential_env().items():
+            monkeypatch.setenv(name, value)
+        provide_venues(list(ACCOUNTS))
+        cluster = Cluster(tmp_path, workers=2)
+        cluster.env.update(credential_env())
+        cluster.env.update({"QTG_VENUES": "local", "QTG_EXCHANGES_CONFIG": str(config)})
+        cluster.start()
+        try:
+            yield exchange, cluster
+        finally:
+            for pid in cluster.pids():
+                os.kill(pid, signal.SIGCONT)  # a paused worker must be able to stop
+            cluster.stop()
+
+
+def _pause_the_worker_while_its_request_is_held(
+    exchange, kind, movement
+) -> tuple[int, CexWithdrawal]:
+    """SIGSTOP the worker whose withdraw request the exchange is holding (it left the
+    process: the fence let it go)."""
+    wait_for(
+        lambda: exchange.state(kind)["held"] >= 1,
+        timeout=60,
+        interval=0.05,
+        message="the withdrawal never reached the exchange",
+    )
+
+    def sent():
+        node = MovementRequestNode.objects.get(request=movement, node_key="withdraw")
+        row = CexWithdrawal.objects.filter(client_id=node.idempotency_key or "-").first()
+        return (node, row) if row is not None and row.state != "SENDING" else None
+
+    node, row = wait_for(sent, timeout=60, interval=0.05, message="the withdrawal never left")
+    pid = int(node.lease_owner.split(":")[1])
+    os.kill(pid, signal.SIGSTOP)
+    return pid, row
+
+
+@pytest.mark.parametrize(
+    "source,destination",
+    [("binance-sender", "upbit-receiver"), ("upbit-sender", "binance-receiver")],
+)
+def test_a_worker_paused_inside_its_withdraw_past_lease_and_window_pays_once(
+    stalled, creator, source, destination
+):
+    exchange, _ = stalled
+    kind, account = source.split("-")
+    exchange.add_fault(kind, "slow_before_accept", endpoint="withdraw", hold_seconds=HOLD_SECONDS)
+    movement = create(creator, source=source, destination=destination)
+
+    pid, row = _pause_the_worker_while_its_request_is_held(exchange, kind, movement)
+    try:
+        deadline = time.monotonic() + PAUSE_SECONDS
+        while time.monotonic() < deadline:
+            movement.refresh_from_db()
+            assert movement.request_state != RequestState.FAILED, story(movement)
+            held = Reservation.objects.get(request=movement).state
+            assert held != ReservationState.RELEASED, story(movement)
+            time.sleep(0.5)
+        withdraw = MovementRequestNode.objects.get(request=movement, node_key="withdraw")
+        assert withdraw.node_state in (NodeState.UNKNOWN, NodeState.COMPLETED), story(movement)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    wait_for(
+        lambda: (
+            (movement.refresh_from_db() or movement.request_state)
+            in (RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION)
+        ),
+        timeout=90,
+        message="the movement never settled",
+    )
+    assert movement.request_state == RequestState.COMPLETED, story(movement)
+    [made] = withdrawals(exchange, kind, account)
+    assert (
+        MovementRequestNode.objects.get(request=movement, node_key="withdraw").external_ref
+        == (made["id"])
+    )
+    assert Reservation.objects.get(request=movement).state == ReservationState.CONSUMED
+    row.refresh_from_db()
+    assert row.withdrawal_id == made["id"]
