@@ -3,11 +3,19 @@ each test plays, on the local exchange, what a real exchange (or a stalled worke
 reads the outcome back from the exchange's own books and the movement's audit trail."""
 
 import contextlib
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
-from movements.models import MovementAttention, MovementRequest
+from movements.models import (
+    MovementAttention,
+    MovementEvent,
+    MovementRequest,
+    MovementRequestNode,
+)
+from movements.services import execution
 from qtg.core.errors import InvalidInput
 from reservations.models import Reservation
 from tests.execution.conftest import node_path
@@ -115,6 +123,42 @@ def test_recovery_closes_a_row_that_never_passed_the_fence_and_the_fence_then_re
     # The stalled process reaches its fence: the compare-and-set finds the row closed.
     assert not journal.mark_sent(stale, valid_until=None, skew_ms=0)
     assert stale.state == "NOT_SENT"
+
+
+@pytest.mark.parametrize("source,destination", SOURCES)
+def test_a_worker_stalled_before_its_withdrawal_left_sends_nothing_once_recovery_closed_it(
+    exchange, creator, source, destination, monkeypatch
+):
+    # A worker journals the withdrawal (SENDING) and stalls there, past its lease; another
+    # worker's reaper and recovery close the row. When the stalled worker wakes, its fence
+    # must lose the compare-and-set: nothing reaches the exchange after the movement FAILED.
+    kind, account = venue_of(source)
+    request = create(creator, source=source, destination=destination)
+    claim = execution.claim_ready_node(owner="stalled-worker")
+    real_begin = journal.withdrawal_begin
+
+    def begin_then_stall(**fields):
+        row = real_begin(**fields)
+        MovementRequestNode.objects.filter(pk=claim.node_id).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
+        execution.reap_expired_leases()
+        drive(request, until=lambda r: node(r, "withdraw").node_state != "UNKNOWN")
+        return row
+
+    monkeypatch.setattr(journal, "withdrawal_begin", begin_then_stall)
+
+    execution.run_actions([claim])
+
+    request.refresh_from_db()
+    assert withdrawals(exchange, kind, account) == [], "the stalled worker sent it anyway"
+    withdraw = node(request, "withdraw")
+    row = CexWithdrawal.objects.get(client_id=withdraw.idempotency_key)
+    assert row.state == "NOT_SENT"
+    assert request.request_state == "FAILED", story(request)
+    assert "never sent" in withdraw.last_error
+    late = MovementEvent.objects.get(node=withdraw, detail__late_result="submit")
+    assert "not sent" in late.detail["outcome"]["error"]
 
 
 # --- odd answers -----------------------------------------------------------------------------
