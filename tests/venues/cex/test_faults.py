@@ -11,7 +11,11 @@ from venues.cex.models import CexWithdrawal
 
 pytestmark = [pytest.mark.standin, pytest.mark.django_db]
 
-SOURCES = [("binance-sender", "upbit-receiver"), ("upbit-sender", "binance-receiver")]
+SOURCES = [
+    ("binance-sender", "upbit-receiver"),
+    ("upbit-sender", "binance-receiver"),
+    ("bithumb-sender", "upbit-receiver"),
+]
 
 
 def venue_of(name: str) -> tuple[str, str]:

@@ -26,7 +26,11 @@ from venues.cex.models import CexClock, CexWithdrawal
 
 pytestmark = [pytest.mark.standin, pytest.mark.django_db]
 
-SOURCES = [("binance-sender", "upbit-receiver"), ("upbit-sender", "binance-receiver")]
+SOURCES = [
+    ("binance-sender", "upbit-receiver"),
+    ("upbit-sender", "binance-receiver"),
+    ("bithumb-sender", "upbit-receiver"),
+]
 
 
 def venue_of(name: str) -> tuple[str, str]:
