@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from movements.models import MovementRequestNode
+from movements.models import MovementAttention, MovementRequestNode
 from movements.states import NodeState, RequestState
 from qtg.core.venues import provide_venues
 from reservations.models import Reservation, ReservationState
@@ -158,6 +158,68 @@ def test_a_worker_paused_inside_its_withdraw_past_lease_and_window_pays_once(
     assert Reservation.objects.get(request=movement).state == ReservationState.CONSUMED
     row.refresh_from_db()
     assert row.withdrawal_id == made["id"]
+
+
+# Held past the lease (the fenced call's 12 s timeout and its margin), the visibility window and
+# the first recoveries: the exchange carries the Upbit request out only after that.
+UNBOUNDED_HOLD_SECONDS = 40
+
+
+def test_an_upbit_withdrawal_held_past_lease_and_window_stays_unknown_until_it_shows(
+    stalled, creator
+):
+    # Upbit's requests carry no validity: while the paused worker's request is still held,
+    # recovery finds nothing, and that proves nothing. The node stays UNKNOWN with a person
+    # asked; the withdrawal showing up later settles it, still while the worker is paused.
+    exchange, _ = stalled
+    exchange.add_fault(
+        "upbit", "slow_before_accept", endpoint="withdraw", hold_seconds=UNBOUNDED_HOLD_SECONDS
+    )
+    movement = create(creator, source="upbit-sender", destination="binance-receiver")
+
+    pid, row = _pause_the_worker_while_its_request_is_held(exchange, "upbit", movement)
+    try:
+        asked = None
+        settle_by = time.monotonic() + UNBOUNDED_HOLD_SECONDS + SETTLE_SECONDS
+        while True:
+            movement.refresh_from_db()
+            assert movement.request_state != RequestState.FAILED, story(movement)
+            held = Reservation.objects.get(request=movement).state
+            assert held != ReservationState.RELEASED, story(movement)
+            node = MovementRequestNode.objects.get(request=movement, node_key="withdraw")
+            if asked is None:
+                asked = MovementAttention.objects.filter(
+                    request=movement, reason="unprovable"
+                ).first()
+                if asked is not None:
+                    # Asked while the exchange still held the request: nothing to find yet.
+                    assert exchange.state("upbit")["held"] == 1
+                    assert withdrawals(exchange, "upbit", "sender") == []
+                    assert node.node_state == NodeState.UNKNOWN, story(movement)
+            if node.node_state == NodeState.COMPLETED:
+                break
+            assert time.monotonic() < settle_by, (
+                "recovery never settled the withdraw node while its worker was paused\n"
+                + _why_not_settled(movement)
+            )
+            time.sleep(0.5)
+        assert asked is not None, "nobody was asked while the withdrawal could not be found"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    wait_for(
+        lambda: (
+            (movement.refresh_from_db() or movement.request_state)
+            in (RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION)
+        ),
+        timeout=90,
+        message="the movement never settled",
+    )
+    assert movement.request_state == RequestState.COMPLETED, story(movement)
+    [made] = withdrawals(exchange, "upbit", "sender")
+    row.refresh_from_db()
+    assert (row.state, row.withdrawal_id) == ("FOUND", made["id"])
+    assert Reservation.objects.get(request=movement).state == ReservationState.CONSUMED
 
 
 def _why_not_settled(movement) -> str:
