@@ -186,7 +186,9 @@ def test_an_upbit_withdrawal_held_past_lease_and_window_stays_unknown_until_it_s
             assert movement.request_state != RequestState.FAILED, story(movement)
             held = Reservation.objects.get(request=movement).state
             assert held != ReservationState.RELEASED, story(movement)
-            node = MovementRequestNode.objects.get(request=movement, node_key="withdraw")
+            attempts = MovementRequestNode.objects.filter(request=movement, node_key="withdraw")
+            assert attempts.count() == 1, "absence was taken for proof: " + story(movement)
+            node = attempts.get()
             if asked is None:
                 asked = MovementAttention.objects.filter(
                     request=movement, reason="unprovable"
