@@ -2,7 +2,7 @@
 ``generation: 2`` for markets, balances, withdrawals and deposits: the Upbit shape (the two
 share it), with Bithumb's own signature and vocabulary.
 
-Private requests carry `Authorization: Bearer <JWT>` signed HS256 with the secret key. The
+Private requests carry `Authorization: Bearer <JWT>` signed HS256 (only) with the secret key. The
 payload holds `access_key`, a fresh `nonce`, `timestamp` (ms) and, when the request has
 parameters, `query_hash` = hex(SHA-512(query string)) with `query_hash_alg` = SHA512, where
 the query string is URL-encoded: the URL's query as sent (GET), or the JSON body's fields in
@@ -14,6 +14,7 @@ Withdrawals to another exchange carry the travel-rule fields (`exchange_name`,
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote, urlencode
 
 from .ledger import (
@@ -30,7 +31,7 @@ from .ledger import (
     Refusal,
 )
 from .upbit import ERRORS as UPBIT_ERRORS
-from .upbit import UpbitVenue, _raw_value
+from .upbit import UpbitVenue, _b64url_decode, _raw_value
 from .wire import Request, Response, Route, json_response
 
 WITHDRAWAL_STATES = {
@@ -68,7 +69,20 @@ class BithumbVenue(UpbitVenue):
         payload = self._unverified_payload(request) or {}
         if "timestamp" not in payload:
             raise Refusal("timestamp_missing")
+        # Bithumb signs HS256 only (Upbit takes HS512 as well).
+        if self._unverified_header(request).get("alg") != "HS256":
+            raise Refusal("bad_signature")
         return super().authenticate(request)
+
+    def _unverified_header(self, request: Request) -> dict:
+        token = self._token(request)
+        if not token or token.count(".") != 2:
+            return {}
+        try:
+            header = json.loads(_b64url_decode(token.split(".")[0]))
+        except ValueError:
+            return {}
+        return header if isinstance(header, dict) else {}
 
     def refuse(self, refusal: Refusal) -> Response:
         status, name, message = ERRORS[refusal.reason]

@@ -2,8 +2,16 @@
 `ccxt.bithumb` (its JWT with timestamp and a SHA-512 hash of the URL-encoded query), pointed
 at the stand-in by its URLs."""
 
+import base64
+import hashlib
+import hmac
+import json
+import time
+import uuid
+
 import ccxt
 import pytest
+import requests
 
 from standins.exchange import LocalExchange
 
@@ -70,6 +78,36 @@ def test_a_wrong_secret_or_a_token_without_timestamp_is_refused(local):
     )
     with pytest.raises(ccxt.BaseError, match="timestamp"):
         upbit_style.privateGetAccounts()
+
+
+def _token(header: dict, payload: dict, secret: str, digest) -> str:
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signing = f"{part(json.dumps(header).encode())}.{part(json.dumps(payload).encode())}"
+    signature = hmac.new(secret.encode(), signing.encode(), digest).digest()
+    return f"{signing}.{part(signature)}"
+
+
+@pytest.mark.parametrize(
+    "alg,digest,status", [("HS256", hashlib.sha256, 200), ("HS512", hashlib.sha512, 401)]
+)
+def test_only_an_hs256_token_with_every_field_is_taken(local, alg, digest, status):
+    credentials = local.credentials("bithumb")
+    payload = {
+        "access_key": credentials["apiKey"],
+        "nonce": str(uuid.uuid4()),
+        "timestamp": int(time.time() * 1000),
+    }
+    token = _token({"alg": alg, "typ": "JWT"}, payload, credentials["secret"], digest)
+
+    answer = requests.get(
+        f"{local.base_url}/bithumb/v1/accounts",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+
+    assert answer.status_code == status, answer.text
 
 
 def test_deposits_chance_and_the_date_header_on_the_servers_clock(bithumb, local):
