@@ -102,6 +102,10 @@ def attention_raise(
             event_type="node_attention",
             data={**detail, "node_key": attention.node_key},
         )
+        if node.node_state == NodeState.UNKNOWN and node.has_side_effect:
+            # A person is asked about a side effect in doubt: it is no longer one recovery
+            # settles by itself (``progress.recovering_nodes``).
+            apply_request_state_from_nodes(request, actor=actor, writer=writer)
     return attention
 
 

@@ -1,6 +1,6 @@
 """The pure rules: request state derived from node states, and when a reservation is released."""
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from movements.states import (
@@ -11,13 +11,22 @@ from movements.states import (
 )
 
 
-def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
+def derive_request_state(
+    nodes: Iterable[Any], *, recovering: Collection[str] = ()
+) -> RequestState | None:
     """The spec's derivation, in its priority order; None means 'no change yet'.
 
-    One extension (DESIGN.md §3, money safety): while a side-effect node may still be moving
-    money (``money_may_be_moving``), no FAILED is derived (nor COMPLETED, which cannot hold
-    then anyway): a FAILED sibling waits for it to settle, and then the spec's priorities
-    apply unchanged (MANUAL_INTERVENTION if a side effect completed, FAILED otherwise).
+    Two extensions (DESIGN.md §3, money safety):
+    - while a side-effect node may still be moving money (``money_may_be_moving``), no
+      FAILED is derived (nor COMPLETED, which cannot hold then anyway): a FAILED sibling
+      waits for it to settle, and then the spec's priorities apply unchanged
+      (MANUAL_INTERVENTION if a side effect completed, FAILED otherwise);
+    - ``recovering``: keys of UNKNOWN side-effect nodes whose recovery is still settling
+      them by itself (``unresolved_unknown`` says which are not). Such a node does not yet
+      make a completed side effect a MANUAL_INTERVENTION: its own submit is in doubt (its
+      worker died, its answer was lost) and recovery finds it by its key or hash, as it does
+      for the first side effect of a movement. Once recovery asks a person (or concludes
+      FAILED), the spec's rule applies.
 
     Reads only ``node_state``, ``has_side_effect`` and ``node_key`` of each node.
     """
@@ -26,7 +35,11 @@ def derive_request_state(nodes: Iterable[Any]) -> RequestState | None:
         return RequestState.COMPLETED
 
     failed = any(node.node_state == NodeState.FAILED for node in nodes)
-    unknown = any(node.node_state == NodeState.UNKNOWN for node in nodes)
+    unknown = any(
+        node.node_state == NodeState.UNKNOWN
+        and not (node.has_side_effect and node.node_key in recovering)
+        for node in nodes
+    )
     completed_with_side_effect = any(
         node.node_state == NodeState.COMPLETED and node.has_side_effect for node in nodes
     )

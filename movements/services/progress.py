@@ -4,7 +4,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from movements.compiler import condition_holds, request_context
-from movements.models import MovementPlanEdge, MovementRequest, MovementRequestNode
+from movements.models import (
+    MovementAttention,
+    MovementPlanEdge,
+    MovementRequest,
+    MovementRequestNode,
+)
 from movements.selectors import current_nodes
 from movements.services.derivation import derive_request_state
 from movements.services.effects import after_frontier_advanced
@@ -102,7 +107,7 @@ def apply_request_state_from_nodes(
     actor = resolve_actor(actor, actor_type, actor_id)
     if nodes is None:
         nodes = current_nodes(request, writer=writer)
-    derived = derive_request_state(nodes)
+    derived = derive_request_state(nodes, recovering=recovering_nodes(nodes))
     current = RequestState(request.request_state)
 
     if current == RequestState.MANUAL_INTERVENTION:
@@ -147,6 +152,24 @@ def apply_request_state_from_nodes(
             writer=writer,
         )
     return derived
+
+
+def recovering_nodes(nodes: list[MovementRequestNode]) -> frozenset[str]:
+    """Keys of the UNKNOWN side-effect nodes that recovery is still settling by itself: no
+    person has been asked about them (no open attention on the node). One that recovery, a
+    sweep or an executor asked a person about is unresolved: beside a completed side effect
+    it is the spec's MANUAL_INTERVENTION (``derive_request_state``)."""
+    doubtful = [n for n in nodes if n.node_state == NodeState.UNKNOWN and n.has_side_effect]
+    if not doubtful or not any(
+        n.node_state == NodeState.COMPLETED and n.has_side_effect for n in nodes
+    ):
+        return frozenset()
+    asked = set(
+        MovementAttention.objects.filter(
+            node_id__in=[n.pk for n in doubtful], resolved_at__isnull=True
+        ).values_list("node_id", flat=True)
+    )
+    return frozenset(n.node_key for n in doubtful if n.pk not in asked)
 
 
 def failure_reason_of(nodes: list[MovementRequestNode]) -> str:

@@ -174,3 +174,71 @@ def test_other_states_never_release(state, nodes):
         RequestState.FAILED,
     ):
         assert should_release_reservation(R(state), nodes) is False
+
+
+# The extension for an UNKNOWN side effect that recovery is still settling by itself (issue
+# 25: CCTP recovers like the others): ``recovering`` names those nodes.
+RECOVERING_TABLE = [
+    (
+        "a mint in doubt beside a completed burn, recovery settling it",
+        [N(NS.COMPLETED, True, "burn"), N(NS.UNKNOWN, True, "mint"), N(NS.BLOCKED)],
+        {"mint"},
+        None,
+    ),
+    (
+        "the same mint once a person was asked about it",
+        [N(NS.COMPLETED, True, "burn"), N(NS.UNKNOWN, True, "mint"), N(NS.BLOCKED)],
+        set(),
+        RequestState.MANUAL_INTERVENTION,
+    ),
+    (
+        "a read-only node in doubt is never 'recovering' (the world contradicted it)",
+        [N(NS.COMPLETED, True, "burn"), N(NS.UNKNOWN, False, "mint_observe")],
+        {"mint_observe"},
+        RequestState.MANUAL_INTERVENTION,
+    ),
+    (
+        "a recovering node does not hide a FAILED sibling",
+        [N(NS.COMPLETED, True, "burn"), N(NS.UNKNOWN, True, "mint"), N(NS.FAILED, True, "x")],
+        {"mint"},
+        RequestState.MANUAL_INTERVENTION,
+    ),
+    (
+        "another node in doubt that nobody is settling",
+        [N(NS.COMPLETED, True, "a"), N(NS.UNKNOWN, True, "b"), N(NS.UNKNOWN, True, "c")],
+        {"b"},
+        RequestState.MANUAL_INTERVENTION,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "recovering", "expected"),
+    [(nodes, recovering, expected) for _, nodes, recovering, expected in RECOVERING_TABLE],
+    ids=[name for name, *_ in RECOVERING_TABLE],
+)
+def test_an_unknown_side_effect_recovery_is_settling_is_not_yet_a_manual_intervention(
+    nodes, recovering, expected
+):
+    assert derive_request_state(nodes, recovering=recovering) == expected
+
+
+@given(
+    st.lists(node_strategy, min_size=1, max_size=8),
+    st.sets(st.sampled_from(["withdraw", "deposit_observe", "manual_release", "manual_check"])),
+)
+def test_recovering_nodes_only_ever_defer_manual_intervention(nodes, recovering):
+    """Naming nodes as recovering never derives FAILED or COMPLETED where the spec would not,
+    and changes nothing but MANUAL_INTERVENTION into 'not yet' (None, or waiting at a manual
+    gate as the spec says for a movement whose only trouble is a node in doubt)."""
+    plain = derive_request_state(nodes)
+    deferred = derive_request_state(nodes, recovering=recovering)
+    if deferred != plain:
+        assert plain == RequestState.MANUAL_INTERVENTION
+        assert deferred in (None, RequestState.WAITING_MANUAL_ACTION)
+        assert any(
+            n.node_state == NS.UNKNOWN and n.has_side_effect and n.node_key in recovering
+            for n in nodes
+        )
+    if any(n.node_state == NS.COMPLETED and n.has_side_effect for n in nodes):
+        assert deferred != RequestState.FAILED

@@ -574,3 +574,138 @@ def test_a_signed_allowance_of_a_failed_movement_is_the_senders_and_is_sent_not_
     assert approve.state in (TxState.CONFIRMED, TxState.FINALIZED)
     assert a.usdc.functions.allowance(sender, cctp_a.token_messenger).call() > 0
     assert _approvals(chain, sender, cctp_a.usdc) in ([], [approve])
+
+
+class WorkerKilled(BaseException):
+    """The worker process dying (SIGKILL) at a crash point, in-process."""
+
+
+def kill_the_worker_at(monkeypatch, point, chain):
+    """The next worker that reaches ``point`` with a transaction on ``chain`` dies there
+    (once); returns a list that says when it did."""
+    from venues.evm.tx import broadcast
+
+    real = broadcast.crash_point
+    killed: list[str] = []
+
+    def crash(name, on=""):
+        if name == point and on == chain and not killed:
+            killed.append(f"{name}@{on}")
+            raise WorkerKilled(name)
+        real(name, on)
+
+    monkeypatch.setattr(broadcast, "crash_point", crash)
+    return killed
+
+
+def run_through_a_worker_death(request, chains, killed, *, timeout=60.0, then=None, each=None):
+    """Run the sweeps until the worker dies, ``then()``, let its lease run out (the reaper
+    finds the node where the dead worker left it), and settle the movement."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from movements.models import MovementRequestNode
+
+    deadline = time.monotonic() + timeout
+    while not killed:
+        assert time.monotonic() < deadline, "the worker did not die"
+        try:
+            run_workers_once(owner="doomed-worker")
+        except WorkerKilled:
+            break
+        for chain in chains:
+            chain.mine()
+    doomed = request.nodes.get(lease_owner="doomed-worker")
+    assert doomed.node_state == NodeState.SUBMITTING
+    if then is not None:
+        then()
+    MovementRequestNode.objects.filter(pk=doomed.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    return settle(request, chains, timeout=timeout, each=each)
+
+
+def test_a_worker_killed_during_the_mint_submit_is_recovered_by_itself_and_mints_once(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, monkeypatch
+):
+    """The mint left the worker, the worker died before it recorded the send: its lease
+    expires, the node is UNKNOWN beside a completed burn, and recovery finds the mint by its
+    hash. Nothing is unresolved, so nobody is asked: the movement completes by itself."""
+    a, b = cctp
+    before = b.usdc_balance(bob)
+    killed = kill_the_worker_at(monkeypatch, "after_broadcast", "arbitrum")
+
+    request = run_through_a_worker_death(create(creator, bob), [chain_a, chain_b], killed)
+
+    assert killed
+    assert request.request_state == RequestState.COMPLETED
+    mint_path = node_path(request, "mint")
+    assert mint_path[mint_path.index(NodeState.SUBMITTING) + 1] == NodeState.UNKNOWN
+    assert mint_path.count(NodeState.SUBMITTING) == 1  # never submitted twice
+    states = request.events.filter(node__isnull=True, kind=MovementEvent.Kind.TRANSITION)
+    assert RequestState.MANUAL_INTERVENTION not in states.values_list("new_state", flat=True)
+    (mint_tx,) = ChainTransaction.objects.filter(movement=request, node__node_key="mint")
+    assert mint_tx.state == TxState.FINALIZED
+    assert b.usdc_balance(bob) == before + UNITS
+    assert len(mints(b, burn_message(request, a).nonce)) == 1
+    assert request.reservation.state == "CONSUMED"
+    assert not MovementAttention.objects.filter(request=request).exists()
+    assert_history_replays(request)
+
+
+def test_a_mint_whose_send_and_lookup_answers_are_lost_is_recovered_by_itself(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, lossy_b
+):
+    """The send's answer is lost and so is the look-up by hash right after it: the doubt goes
+    to recovery (UNKNOWN beside a completed burn), which finds the mint by its hash."""
+    a, b = cctp
+    before = b.usdc_balance(bob)
+    lossy_b.lose_response("eth_sendRawTransaction", times=1)
+    lossy_b.lose_response("eth_getTransactionReceipt", times=1)
+    lossy_b.lose_response("eth_getTransactionByHash", times=1)
+
+    request = settle(create(creator, bob), [chain_a, chain_b])
+
+    assert request.request_state == RequestState.COMPLETED
+    assert "eth_sendRawTransaction" in [method for method, _ in lossy_b.lost]
+    assert NodeState.UNKNOWN in node_path(request, "mint")
+    states = request.events.filter(node__isnull=True, kind=MovementEvent.Kind.TRANSITION)
+    assert RequestState.MANUAL_INTERVENTION not in states.values_list("new_state", flat=True)
+    assert b.usdc_balance(bob) == before + UNITS
+    assert len(mints(b, burn_message(request, a).nonce)) == 1
+    assert_history_replays(request)
+
+
+def test_a_mint_in_doubt_that_recovery_cannot_settle_asks_a_person_and_holds_the_reservation(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, lossy_b, monkeypatch, settings
+):
+    """The worker dies during the mint's submit and the destination chain stops answering:
+    recovery cannot tell whether the mint happened. It keeps asking (the movement EXECUTING)
+    until the node has waited longer than its executor expects; then a person is asked and
+    the movement is the spec's MANUAL_INTERVENTION, its reservation HELD."""
+    from movements.services.attention import detect_stuck_nodes
+
+    settings.QTG_STUCK_AFTER_SECONDS = 2
+    killed = kill_the_worker_at(monkeypatch, "after_broadcast", "arbitrum")
+
+    request = run_through_a_worker_death(
+        create(creator, bob),
+        [chain_a, chain_b],
+        killed,
+        then=lossy_b.stop,  # chain B no longer answers QTG
+        each=detect_stuck_nodes,
+    )
+
+    assert request.request_state == RequestState.MANUAL_INTERVENTION
+    mint = node(request, "mint")
+    assert mint.node_state == NodeState.UNKNOWN
+    (asked,) = MovementAttention.objects.filter(request=request, node=mint)
+    assert asked.reason == "stuck"
+    entered = request.events.get(node__isnull=True, new_state=RequestState.MANUAL_INTERVENTION)
+    unknown_since = MovementEvent.objects.get(
+        request=request, node_key="mint", new_state=NodeState.UNKNOWN
+    )
+    assert (entered.created_at - unknown_since.created_at).total_seconds() >= 2
+    assert request.reservation.state == "HELD"
+    assert_history_replays(request)

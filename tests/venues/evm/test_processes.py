@@ -168,13 +168,22 @@ def test_worker_kills_and_a_lagging_backend_leave_balances_matching_the_complete
 
     assert kills == 3 and proxy.lagged
     assert all(r.request_state in SETTLED for r in requests), [r.request_state for r in requests]
+    from web3.exceptions import TransactionNotFound
+
     w3 = devchain.web3
+
+    def mined(tx_hash):
+        try:
+            return w3.eth.get_transaction_receipt(tx_hash) is not None
+        except TransactionNotFound:  # signed, never mined (a worker died before sending it)
+            return False
+
     completed = Decimal(0)
     for request in requests:
         on_chain = [
             tx
             for tx in ChainTransaction.objects.filter(movement=request).exclude(tx_hash="")
-            if w3.eth.get_transaction_receipt(tx.tx_hash) is not None
+            if mined(tx.tx_hash)
         ]
         request.reservation.refresh_from_db()
         if on_chain:

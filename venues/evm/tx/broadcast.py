@@ -47,7 +47,7 @@ def broadcast_transfer(tx: ChainTransaction, ctx: ExecutionContext | None = None
     (``LeaseLost``: nothing is sent)."""
     chain_cfg = chain_of(tx)
     w3 = client.web3_for(chain_cfg)
-    crash_point("before_broadcast")
+    crash_point("before_broadcast", tx.chain)
     if ctx is not None:
         ctx.fence(chain_cfg.rpc_timeout_seconds)
     try:
@@ -64,7 +64,7 @@ def broadcast_transfer(tx: ChainTransaction, ctx: ExecutionContext | None = None
             f"broadcast of {tx.tx_hash}: {type(exc).__name__}: {exc}"[:500],
             evidence={"tx_hash": tx.tx_hash},
         ) from exc
-    crash_point("after_broadcast")
+    crash_point("after_broadcast", tx.chain)
     if sent.outcome in ("sent", "known"):
         move_tx(tx, S.BROADCAST, {"rpc": sent.outcome, "message": sent.message})
         return sent
