@@ -55,6 +55,8 @@ class ApiToken(models.Model):
 class ApiTokenEvent(AppendOnlyModel):
     class Action(models.TextChoices):
         MINTED = "minted", "Minted"
+        # A token minted for someone else made usable by a second superuser.
+        ACTIVATED = "activated", "Activated"
         REVOKED = "revoked", "Revoked"
 
     token = models.ForeignKey(ApiToken, on_delete=models.PROTECT, related_name="events")

@@ -137,6 +137,15 @@ def api_token_activate(*, token: ApiToken, actor) -> ApiToken:
         )
     token.activated_at, token.activated_by = timezone.now(), actor
     token.save(update_fields=["activated_at", "activated_by"])
+    ApiTokenEvent.objects.create(
+        token=token,
+        action=ApiTokenEvent.Action.ACTIVATED,
+        actor=actor,
+        actor_label=actor.get_username(),
+        subject=token.user,
+        for_someone_else=True,
+        detail={"minted_by": token.minted_by_id},
+    )
     logger.warning("api token %s activated by %s", token.prefix, actor.get_username())
     return token
 

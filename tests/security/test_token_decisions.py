@@ -147,3 +147,25 @@ def test_a_token_without_the_scope_is_refused_what_it_does_not_cover(make_moveme
         ).status_code
         == 403
     )
+
+
+def test_the_second_superuser_who_activates_a_token_is_recorded_in_the_linked_trail(
+    settings, admin_user
+):
+    from access.models import ApiTokenEvent
+    from qtg.core.chain import link_problem
+
+    settings.QTG_TOKENS_FOR_OTHERS_ALONE = False
+    bot = make_user("bot")
+    minted = api_token_mint(user=bot, actor=admin_user)
+    second = User.objects.create_superuser("second", password="pw-second-superuser")
+
+    api_token_activate(token=minted.token, actor=second)
+
+    events = list(ApiTokenEvent.objects.filter(token=minted.token).order_by("pk"))
+    assert [(e.action, e.actor, e.subject) for e in events] == [
+        ("minted", admin_user, bot),
+        ("activated", second, bot),
+    ]
+    assert all(link_problem(e) is None for e in events)
+    assert events[1].chain_prev == events[0].chain_hash
