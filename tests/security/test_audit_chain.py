@@ -488,3 +488,59 @@ def test_audit_verify_since_is_bounded_and_names_a_recent_edit(make_movement):
     out = breaks("--since", "10m", "--limit", "100")
 
     assert f"stream {movement.pk} row {edited.pk}: its content" in out
+
+
+def subscription_records(subscription) -> list[tuple[str, str]]:
+    rows = AuditRecord.objects.filter(subject=f"callbacks.subscription:{subscription.pk}")
+    assert all(link_problem(row) is None for row in rows)
+    return [(row.action, row.actor_id) for row in rows.order_by("pk")]
+
+
+def test_webhook_subscription_changes_in_the_console_are_linked_records_naming_the_person(
+    admin_client,
+):
+    from django.urls import reverse
+
+    from callbacks.models import Subscription
+
+    form = {
+        "name": "treasury",
+        "url": "https://receiver.example/hook",
+        "event_types": ["request_completed"],
+        "is_active": "on",
+    }
+    admin_client.post(reverse("admin:callbacks_subscription_add"), form)
+    subscription = Subscription.objects.get(name="treasury")
+    change = reverse("admin:callbacks_subscription_change", args=[subscription.pk])
+    admin_client.post(change, {**form, "rotate_secret": "on"})
+    delete = reverse("admin:callbacks_subscription_delete", args=[subscription.pk])
+    admin_client.post(delete, {"post": "yes"})
+
+    assert subscription_records(subscription) == [
+        ("created", "user:admin"),
+        ("changed", "user:admin"),
+        ("secret_rotated", "user:admin"),
+        ("deleted", "user:admin"),
+    ]
+    # deleting keeps the row the records name (and its deliveries' history): it stops sending
+    subscription.refresh_from_db()
+    assert not subscription.is_active and subscription.deleted_at is not None
+
+
+def test_a_secret_rotated_through_the_api_names_the_client_who_rotated_it():
+    from callbacks.models import Subscription
+    from tests.api.conftest import client_for, post_json
+    from tests.conftest import make_user
+
+    client = client_for(make_user("bot"))
+    created = post_json(
+        client, "/api/v1/webhooks/", {"url": "https://r.example/h", "event_types": ["*"]}
+    )
+    assert created.status_code == 201, created.content
+    post_json(client, f"/api/v1/webhooks/{created.json()['id']}/rotate-secret/", {})
+
+    subscription = Subscription.objects.get(pk=created.json()["id"])
+    assert subscription_records(subscription) == [
+        ("created", "user:bot"),
+        ("secret_rotated", "user:bot"),
+    ]
