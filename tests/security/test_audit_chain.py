@@ -544,3 +544,87 @@ def test_a_secret_rotated_through_the_api_names_the_client_who_rotated_it():
         ("created", "user:bot"),
         ("secret_rotated", "user:bot"),
     ]
+
+
+def test_the_exchange_journal_keeps_the_lost_answer_when_recovery_finds_the_withdrawal(db):
+    from decimal import Decimal
+
+    from qtg.core.actors import acting_for
+    from venues.cex import journal
+
+    # given a withdrawal whose answer was lost (UNKNOWN), then found by recovery
+    row = journal.withdrawal_begin(
+        client_id="qtg-lost-1",
+        exchange="binance",
+        account="main",
+        coin="USDC",
+        network="ETH",
+        address="0x" + "ab" * 20,
+        amount=Decimal("10"),
+        request_id="r-1",
+        node_key="withdraw",
+    )
+    journal.mark_sent(row, valid_until=None, skew_ms=0)
+    with acting_for("worker:host:1:abc#epoch4/attempt1"):
+        journal.advance(row, to=journal.State.UNKNOWN, error="read timed out")
+    with acting_for("worker:host:2:def#epoch5/attempt1"):
+        journal.advance(row, to=journal.State.FOUND, withdrawal_id="W-77")
+
+    # then the lost answer is still there, and the finding is a record of its own
+    row.refresh_from_db()
+    assert (row.state, row.withdrawal_id, row.error) == ("FOUND", "W-77", "read timed out")
+    records = list(AuditRecord.objects.filter(subject="cexwithdrawal:qtg-lost-1").order_by("pk"))
+    assert [(r.action, r.detail["error"], r.detail["withdrawal_id"]) for r in records] == [
+        ("answer:UNKNOWN", "read timed out", ""),
+        ("answer:FOUND", "", "W-77"),
+    ]
+    assert [r.actor_id for r in records] == [
+        "system:venues.cex@worker:host:1:abc#epoch4/attempt1",
+        "system:venues.cex@worker:host:2:def#epoch5/attempt1",
+    ]
+    assert all(link_problem(r) is None for r in records)
+    assert records[1].chain_prev == records[0].chain_hash
+
+
+def test_approval_policy_versions_proposed_activated_and_superseded_are_linked_records(db):
+    from movements.services.approvals import approval_policy_activate, approval_policy_propose
+    from tests.approvals.conftest import act, staff
+
+    alice, carol = staff("alice-p", "operators"), staff("carol-p", "supervisors")
+    first = approval_policy_propose(actor=act(alice), key="large", approvals_required=2)
+    approval_policy_activate(policy=first, actor=act(carol))
+    second = approval_policy_propose(actor=act(alice), key="large", approvals_required=3)
+    approval_policy_activate(policy=second, actor=act(carol))
+
+    def trail(policy):
+        rows = AuditRecord.objects.filter(subject=f"movements.approvalpolicy:{policy.pk}")
+        assert all(link_problem(row) is None for row in rows)
+        return [(r.action, r.actor_id, r.detail["approvals_required"]) for r in rows.order_by("pk")]
+
+    assert trail(first) == [
+        ("proposed", "user:alice-p", 2),
+        ("activated", "user:carol-p", 2),
+        ("superseded", "user:carol-p", 2),
+    ]
+    assert trail(second) == [("proposed", "user:alice-p", 3), ("activated", "user:carol-p", 3)]
+
+
+def test_a_chain_transaction_event_written_outside_a_venue_call_names_its_process(db):
+    import os
+    import socket
+
+    from venues.models import ChainTransactionEvent
+    from venues.transactions import chain_transaction_create
+
+    # given a venue record written by a sweep (no claimed node, no lease): e.g. the watch of
+    # concluded transfers walking a transaction back
+    tx = chain_transaction_create(
+        chain="anvil",
+        sender="0x" + "ab" * 20,
+        nonce=0,
+        unsigned={"to": "0x" + "cd" * 20, "value": 1},
+        actor=Actor.system("venues.evm.watch"),
+    )
+
+    event = ChainTransactionEvent.objects.get(chain_transaction=tx)
+    assert event.actor_id == f"venues.evm.watch@worker:{socket.gethostname()}:{os.getpid()}"
