@@ -169,3 +169,26 @@ def test_the_second_superuser_who_activates_a_token_is_recorded_in_the_linked_tr
     ]
     assert all(link_problem(e) is None for e in events)
     assert events[1].chain_prev == events[0].chain_hash
+
+
+def test_a_token_minted_without_a_second_factor_stops_deciding_once_its_user_needs_one(
+    settings, make_movement
+):
+    from django.contrib.auth.models import Permission
+
+    # given an integrator's own deciding token, minted while they held no money permission
+    settings.QTG_OTP_REQUIRED = True
+    user = make_user("integrator", "view_movementrequest")
+    key = api_token_mint(user=user, actor=user, scopes=["read", "create", "decide"]).key
+    # when they are given the permission to approve (so they must use a second factor)
+    user.user_permissions.add(Permission.objects.get(codename="approve_movement"))
+    movement = make_movement()
+
+    response = api(key).post(movement_url(movement.pk, "approve"), format="json")
+
+    # then the old token cannot approve: they mint a new one with their one-time code
+    assert response.status_code == 403
+    assert "second factor" in response.json()["detail"]
+    assert api(key).get(MOVEMENTS).status_code == 200
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.PENDING_APPROVAL
