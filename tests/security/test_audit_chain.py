@@ -628,3 +628,22 @@ def test_a_chain_transaction_event_written_outside_a_venue_call_names_its_proces
 
     event = ChainTransactionEvent.objects.get(chain_transaction=tx)
     assert event.actor_id == f"venues.evm.watch@worker:{socket.gethostname()}:{os.getpid()}"
+
+
+def test_beat_writes_a_checkpoint_and_runs_the_bounded_verification(
+    settings, make_movement, checkpoint_file
+):
+    from ops.health import audit_detail
+    from qtg.celery import app
+
+    app.loader.import_default_modules()
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"ops.audit_checkpoint", "ops.audit_verify_recent"} <= scheduled
+    make_movement(approve=True)
+
+    seq = app.tasks["ops.audit_checkpoint"].apply().get()
+    breaks = app.tasks["ops.audit_verify_recent"].apply().get()
+
+    assert (seq, breaks) == (1, 0)
+    assert json.loads(checkpoint_file.read_text().splitlines()[-1])["seq"] == 1
+    assert audit_detail()["status"] == "ok" and audit_detail()["checkpoint"] == 1
