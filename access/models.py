@@ -74,6 +74,7 @@ class ApiTokenEvent(AppendOnlyModel):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "token_id"
+    chain_subject_has_rows = True  # minted with its "minted" event
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -361,6 +361,7 @@ class MovementEvent(AppendOnlyModel):
 
     # One evidence chain per movement (qtg/core/chain.py).
     chain_stream = "request_id"
+    chain_subject_has_rows = True  # created with its CREATED event
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -647,3 +647,18 @@ def test_beat_writes_a_checkpoint_and_runs_the_bounded_verification(
     assert (seq, breaks) == (1, 0)
     assert json.loads(checkpoint_file.read_text().splitlines()[-1])["seq"] == 1
     assert audit_detail()["status"] == "ok" and audit_detail()["checkpoint"] == 1
+
+
+def test_every_event_of_a_movement_deleted_before_any_checkpoint_is_named(make_movement):
+    # given a movement whose events are all deleted before a checkpoint counted them
+    movement = make_movement(approve=True)
+    tamper("DELETE FROM {table} WHERE request_id = %s", [db(movement.pk)])
+
+    out = breaks()
+
+    # then the movement, which is always created with its first event, names the loss
+    assert (
+        f"movements.movementevent stream {movement.pk}: every row of the stream is gone "
+        f"(movements.movementrequest {movement.pk} exists)" in out
+    )
+    assert movement_chain_status(movement.pk).startswith("broken at movements.movementevent")
