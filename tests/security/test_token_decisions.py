@@ -2,6 +2,8 @@
 never decides and, outside the demo, works only once a second superuser activates it; a user
 who must use a second factor mints their own tokens with a one-time code; tokens are scoped."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
@@ -192,3 +194,57 @@ def test_a_token_minted_without_a_second_factor_stops_deciding_once_its_user_nee
     assert api(key).get(MOVEMENTS).status_code == 200
     movement.refresh_from_db()
     assert movement.request_state == RequestState.PENDING_APPROVAL
+
+
+def edit_below_the_application(sql: str, params=()) -> None:
+    """The runtime role may UPDATE and INSERT tokens (it revokes and mints them)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(table=ApiToken._meta.db_table), params)
+
+
+def test_a_token_row_rewritten_below_the_application_to_decide_is_refused(
+    admin_user, operator, make_movement
+):
+    # given a token a superuser minted for the operator (it never decides) ...
+    minted = api_token_mint(user=operator, actor=admin_user)
+    # ... made to look like the operator's own deciding token, in the database
+    edit_below_the_application(
+        "UPDATE {table} SET minted_for_other = %s, minted_by_id = NULL, scopes = %s WHERE id = %s",
+        [False, '["read", "create", "decide"]', minted.token.pk],
+    )
+    movement = make_movement()
+
+    response = api(minted.key).post(movement_url(movement.pk, "approve"), format="json")
+
+    assert response.status_code == 401
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.PENDING_APPROVAL
+
+
+def test_a_token_row_inserted_below_the_application_is_refused(operator):
+    import secrets
+
+    from django.utils import timezone
+
+    from access.services import token_digest
+
+    key = secrets.token_hex(20)
+    now = timezone.now()
+    edit_below_the_application(
+        "INSERT INTO {table} (user_id, prefix, digest, name, created_at, expires_at, "
+        "minted_for_other, scopes, activated_at) VALUES (%s, %s, %s, '', %s, %s, %s, %s, %s)",
+        [
+            operator.pk,
+            key[:8],
+            token_digest(key),
+            now,
+            now + timedelta(days=1),
+            False,
+            '["read", "create", "decide"]',
+            now,
+        ],
+    )
+
+    assert api(key).get(MOVEMENTS).status_code == 401
