@@ -186,8 +186,9 @@ def token_record_problem(token: ApiToken) -> str | None:
     """Why ``token``'s row is not what its linked records (access_apitokenevent, in the audit
     chain) say it is, or None. The runtime database role may insert and update token rows
     (it mints and revokes them) but cannot write a linked record without the audit key: a
-    row inserted, or rewritten to decide, to belong to someone else's own minting, to live
-    longer, to carry another key or to be revoked no more, is refused."""
+    row inserted, or rewritten to decide, to belong to someone else's own minting, to carry a
+    second-factor proof, to live longer, to carry another key or to be revoked no more, is
+    refused."""
     from datetime import datetime
 
     from qtg.core.chain import link_problem
@@ -205,6 +206,8 @@ def token_record_problem(token: ApiToken) -> str | None:
         return "its key differs from its record"
     if "scopes" in detail and not set(token.scopes) <= set(detail["scopes"]):
         return "its scopes exceed its record's"
+    if token.second_factor_at is not None and detail.get("second_factor") is False:
+        return "its second-factor proof is not in its record"
     if "expires_at" in detail and token.expires_at > datetime.fromisoformat(detail["expires_at"]):
         return "it expires later than its record says"
     if detail.get("awaiting_activation") and not any(

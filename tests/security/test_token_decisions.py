@@ -248,3 +248,24 @@ def test_a_token_row_inserted_below_the_application_is_refused(operator):
     )
 
     assert api(key).get(MOVEMENTS).status_code == 401
+
+
+def test_a_second_factor_proof_written_into_a_token_row_below_the_application_is_refused(
+    settings, make_movement
+):
+    from django.contrib.auth.models import Permission
+
+    settings.QTG_OTP_REQUIRED = True
+    user = make_user("integrator", "view_movementrequest")
+    minted = api_token_mint(user=user, actor=user, scopes=["read", "create", "decide"])
+    user.user_permissions.add(Permission.objects.get(codename="approve_movement"))
+    edit_below_the_application(
+        "UPDATE {table} SET second_factor_at = now() WHERE id = %s"
+        if settings.DB_IS_POSTGRES
+        else "UPDATE {table} SET second_factor_at = datetime('now') WHERE id = %s",
+        [minted.token.pk],
+    )
+
+    response = api(minted.key).post(movement_url(make_movement().pk, "approve"), format="json")
+
+    assert response.status_code == 401
