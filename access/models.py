@@ -55,6 +55,8 @@ class ApiToken(models.Model):
 class ApiTokenEvent(AppendOnlyModel):
     class Action(models.TextChoices):
         MINTED = "minted", "Minted"
+        # A token minted for someone else made usable by a second superuser.
+        ACTIVATED = "activated", "Activated"
         REVOKED = "revoked", "Revoked"
 
     token = models.ForeignKey(ApiToken, on_delete=models.PROTECT, related_name="events")
@@ -72,6 +74,7 @@ class ApiTokenEvent(AppendOnlyModel):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "token_id"
+    chain_subject_has_rows = True  # minted with its "minted" event
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -110,6 +110,7 @@ def api_token_mint(
         subject=user,
         for_someone_else=for_someone_else,
         detail={
+            "digest": token.digest,
             "expires_at": token.expires_at.isoformat(),
             "name": name,
             "scopes": token.scopes,
@@ -137,6 +138,15 @@ def api_token_activate(*, token: ApiToken, actor) -> ApiToken:
         )
     token.activated_at, token.activated_by = timezone.now(), actor
     token.save(update_fields=["activated_at", "activated_by"])
+    ApiTokenEvent.objects.create(
+        token=token,
+        action=ApiTokenEvent.Action.ACTIVATED,
+        actor=actor,
+        actor_label=actor.get_username(),
+        subject=token.user,
+        for_someone_else=True,
+        detail={"minted_by": token.minted_by_id},
+    )
     logger.warning("api token %s activated by %s", token.prefix, actor.get_username())
     return token
 
@@ -161,11 +171,52 @@ def api_token_revoke(*, token: ApiToken, actor=None, actor_label: str = "") -> A
 
 def api_token_lookup(key: str) -> ApiToken | None:
     """The usable token of an active user a presented key is, or None (unknown, expired,
-    revoked, awaiting its activation)."""
+    revoked, awaiting its activation, or not what its linked records say it is)."""
     token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
     if token is None or not token.is_usable() or not token.user.is_active:
         return None
+    problem = token_record_problem(token)
+    if problem:
+        logger.warning("api token %s refused: %s", token.prefix, problem)
+        return None
     return token
+
+
+def token_record_problem(token: ApiToken) -> str | None:
+    """Why ``token``'s row is not what its linked records (access_apitokenevent, in the audit
+    chain) say it is, or None. The runtime database role may insert and update token rows
+    (it mints and revokes them) but cannot write a linked record without the audit key: a
+    row inserted, or rewritten to decide, to belong to someone else's own minting, to carry a
+    second-factor proof, to live longer, to carry another key or to be revoked no more, is
+    refused."""
+    from datetime import datetime
+
+    from qtg.core.chain import link_problem
+
+    events = list(ApiTokenEvent.objects.filter(token=token).order_by("pk"))
+    minted = next((e for e in events if e.action == ApiTokenEvent.Action.MINTED), None)
+    if minted is None:
+        return "no record of its minting"
+    if broken := next((e for e in events if link_problem(e)), None):
+        return f"its {broken.action} record fails its link: {link_problem(broken)}"
+    detail = minted.detail or {}
+    if minted.subject_id != token.user_id or minted.for_someone_else != token.minted_for_other:
+        return "its owner or who minted it differs from its record"
+    if "digest" in detail and detail["digest"] != token.digest:
+        return "its key differs from its record"
+    if "scopes" in detail and not set(token.scopes) <= set(detail["scopes"]):
+        return "its scopes exceed its record's"
+    if token.second_factor_at is not None and detail.get("second_factor") is False:
+        return "its second-factor proof is not in its record"
+    if "expires_at" in detail and token.expires_at > datetime.fromisoformat(detail["expires_at"]):
+        return "it expires later than its record says"
+    if detail.get("awaiting_activation") and not any(
+        e.action == ApiTokenEvent.Action.ACTIVATED for e in events
+    ):
+        return "it was activated without a record of the second superuser"
+    if any(e.action == ApiTokenEvent.Action.REVOKED for e in events):
+        return "it was revoked"
+    return None
 
 
 def api_token_user(key: str):

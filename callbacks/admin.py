@@ -16,7 +16,12 @@ from access.one_time import secret_show_once
 from callbacks import signing
 from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES
 from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscription
-from callbacks.services import delivery_redeliver, subscription_record, subscription_rotate_secret
+from callbacks.services import (
+    delivery_redeliver,
+    subscription_delete,
+    subscription_record,
+    subscription_rotate_secret,
+)
 from movements.public import add_movement_page_inline
 from qtg.core.actors import Actor
 from qtg.core.admin import (
@@ -100,12 +105,21 @@ class SubscriptionAdmin(PeopleByName, admin.ModelAdmin):
         subscription_record(obj, action="changed", actor=actor)
         if given or rotate:
             overlap = timedelta(seconds=float(settings.QTG_WEBHOOK_SECRET_OVERLAP_SECONDS))
-            secret = subscription_rotate_secret(subscription=obj, overlap=overlap)
+            secret = subscription_rotate_secret(subscription=obj, actor=actor, overlap=overlap)
             if given:
                 Subscription.objects.filter(pk=obj.pk).update(secret=given)
             else:
                 self._show_once(request, secret)
             obj.refresh_from_db()
+
+    def delete_model(self, request, obj):
+        # Deleting stops sending, recorded (callbacks.services.subscription_delete); the row
+        # stays for the deliveries and the records that name it.
+        subscription_delete(subscription=obj, actor=Actor.for_user(request.user))
+
+    def delete_queryset(self, request, queryset):
+        for subscription in queryset:
+            self.delete_model(request, subscription)
 
     def _show_once(self, request, secret: str) -> None:
         # Shown on the page after saving, from the server-side session (access/one_time.py).

@@ -11,7 +11,6 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.db import transaction
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiCallback,
@@ -34,6 +33,7 @@ from callbacks.services import (
     PAYLOAD_VERSION,
     delivery_redeliver,
     events_publish,
+    subscription_delete,
     subscription_record,
     subscription_rotate_secret,
     subscription_send_test,
@@ -370,12 +370,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         responses={204: None, **problem_responses(400, 401, 404)},
     )
     def destroy(self, request: Request, pk: str) -> Response:
-        subscription = self.get_object()
-        subscription.is_active = False
-        subscription.deleted_at = timezone.now()
-        with transaction.atomic():
-            subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
-            subscription_record(subscription, action="deleted", actor=Actor.for_user(request.user))
+        subscription_delete(subscription=self.get_object(), actor=Actor.for_user(request.user))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -414,6 +409,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         overlap = data.get("overlap_seconds")
         secret = subscription_rotate_secret(
             subscription=subscription,
+            actor=Actor.for_user(request.user),
             overlap=timedelta(seconds=overlap) if overlap is not None else None,
         )
         subscription.refresh_from_db()

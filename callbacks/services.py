@@ -62,6 +62,7 @@ __all__ = [
     "delivery_redeliver",
     "delivery_send",
     "events_publish",
+    "subscription_delete",
     "subscription_rotate_secret",
     "subscription_send_test",
     "subscriptions_read_once",
@@ -626,11 +627,12 @@ def subscription_record(subscription: Subscription, *, action: str, actor: Any) 
 
 @transaction.atomic
 def subscription_rotate_secret(
-    *, subscription: Subscription, overlap: timedelta | None = None
+    *, subscription: Subscription, actor: Any, overlap: timedelta | None = None
 ) -> str:
     """Give the subscription a new secret and return it (the only time it is shown); the
     old one keeps signing next to it for ``overlap`` (default
-    QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap."""
+    QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap. Recorded
+    as ``actor``'s."""
     if overlap is None:
         overlap = timedelta(seconds=float(_setting("QTG_WEBHOOK_SECRET_OVERLAP_SECONDS")))
     subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
@@ -643,8 +645,21 @@ def subscription_rotate_secret(
     subscription.save(
         update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
     )
-    subscription_record(subscription, action="secret_rotated", actor="system:webhooks")
+    subscription_record(subscription, action="secret_rotated", actor=actor)
     return secret
+
+
+@transaction.atomic
+def subscription_delete(*, subscription: Subscription, actor: Any) -> Subscription:
+    """Stop sending to the subscription for good (``deleted_at``), recorded as ``actor``'s. The
+    row stays: its deliveries and the records of its changes name it."""
+    subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
+    if subscription.deleted_at is None:
+        subscription.is_active = False
+        subscription.deleted_at = timezone.now()
+        subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
+        subscription_record(subscription, action="deleted", actor=actor)
+    return subscription
 
 
 @transaction.atomic

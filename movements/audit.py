@@ -45,11 +45,13 @@ def movement_chain_breaks(request_id: Any, *, checkpoints=None) -> list:
     """Every break in the chains of one movement: its events and its approvals, against the
     checkpoints' marks of those streams."""
     from movements.models import MovementApproval, MovementEvent
-    from qtg.core.chain import verify_stream
+    from qtg.core.chain import orphan_break, orphaned_subjects, verify_stream
     from qtg.core.checkpoints import read_checkpoints
 
     checkpoints = checkpoints or read_checkpoints()
-    breaks = []
+    breaks = [
+        orphan_break(MovementEvent, s) for s in orphaned_subjects(MovementEvent, [request_id])
+    ]
     for model in (MovementEvent, MovementApproval):
         table = checkpoints.tables.get(model._meta.label_lower)
         stream = str(request_id)

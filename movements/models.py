@@ -361,6 +361,7 @@ class MovementEvent(AppendOnlyModel):
 
     # One evidence chain per movement (qtg/core/chain.py).
     chain_stream = "request_id"
+    chain_subject_has_rows = True  # created with its CREATED event
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -543,10 +544,14 @@ class MovementApproval(ChainedModel):
         ordering = ["approved_at", "id"]
         constraints = [
             linked_constraint("movementapproval"),
+            # A system actor is its recorded name; a person is their user id (below): a user
+            # renamed between two approvals is still one, and two people who held one name in
+            # turn are two.
             models.UniqueConstraint(
-                fields=["request", "approver"], name="one_approval_per_person_per_movement"
+                fields=["request", "approver"],
+                condition=models.Q(approved_by__isnull=True),
+                name="one_approval_per_system_actor_per_movement",
             ),
-            # The person is the user id: a user renamed between two approvals is still one.
             models.UniqueConstraint(
                 fields=["request", "approved_by"],
                 condition=models.Q(approved_by__isnull=False),

@@ -141,6 +141,7 @@ class ReservationEvent(AppendOnlyModel):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "reservation_id"
+    chain_subject_has_rows = True  # held with its first event
 
     class Meta:
         ordering = ["created_at", "id"]

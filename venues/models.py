@@ -179,6 +179,7 @@ class ChainTransactionEvent(AppendOnlyModel):
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "chain_transaction_id"
+    chain_subject_has_rows = True  # created with its CREATED event
     chain_time = "at"
 
     class Meta:

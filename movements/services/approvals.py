@@ -30,7 +30,7 @@ from movements.models import (
     MovementRequest,
     PolicyStatus,
 )
-from movements.policies import actor_groups, policy_decide_refusal
+from movements.policies import actor_groups, distinct_approvers, policy_decide_refusal
 from movements.services.state import record_event, save_fields
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput
@@ -359,12 +359,9 @@ def _approval_problem(
         if problem := link_problem(approval):
             return f"approval {approval.pk} by {approval.approver}: {problem}"
     valid = [a for a in approvals if a.void_at is None and a.binding_hash == binding]
-    approvers = {a.approver for a in valid}
-    if len(approvers) < required:
-        return (
-            f"{len(approvers)} valid approval(s) bound to the plan as it is now, "
-            f"{required} required"
-        )
+    approvers = distinct_approvers(valid)
+    if approvers < required:
+        return f"{approvers} valid approval(s) bound to the plan as it is now, {required} required"
     covered = {group for a in valid for group in a.groups}
     if missing := [g for g in groups if g not in covered]:
         return f"no valid approval from {', '.join(missing)}"

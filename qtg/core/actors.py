@@ -77,9 +77,10 @@ def acting_for(label: str) -> Iterator[None]:
 
 
 def acting(actor: Actor) -> Actor:
-    """``actor``, naming the worker, lease epoch and attempt it acts for, if inside one
-    (a component such as ``venues.evm`` alone does not say which process or attempt)."""
-    label = _ACTING.get()
-    if label is None or actor.is_user:
+    """``actor``, naming the worker, lease epoch and attempt it acts for, if inside one, else
+    the process it runs in (a sweep holds no lease): a component such as ``venues.evm`` alone
+    does not say which process or attempt."""
+    if actor.is_user or "@" in actor.id:
         return actor
+    label = _ACTING.get() or f"worker:{socket.gethostname()}:{os.getpid()}"
     return Actor(type=actor.type, id=f"{actor.id}@{label}"[:128], user=actor.user)

@@ -66,6 +66,9 @@ class ChainedModel(models.Model):
     chain_stream: str = ""
     chain_time: str = "created_at"
     chain_exclude: tuple[str, ...] = ()
+    # True when ``chain_stream`` is a foreign key to a subject that is created with its first
+    # row (a movement with its CREATED event): a subject with no row lost its whole stream.
+    chain_subject_has_rows: bool = False
 
     chain_prev = models.CharField(max_length=64, blank=True, editable=False)
     chain_hash = models.CharField(max_length=64, blank=True, editable=False)
@@ -262,6 +265,30 @@ def verify_stream(
             broke(mark.last_id, "the newest checkpointed row's link differs from the checkpoint's")
         # More rows than counted is no break: a transaction may commit a lower id late.
     return breaks
+
+
+def orphaned_subjects(model: type[ChainedModel], subjects: Iterable | None = None) -> list[Any]:
+    """The subjects of ``model``'s streams (among ``subjects``, else all) that have no row at
+    all: their whole stream was deleted, checkpointed or not. One query."""
+    if not model.chain_subject_has_rows:
+        return []
+    field = next(f for f in model._meta.concrete_fields if f.attname == model.chain_stream)
+    rows = model._base_manager.filter(**{field.attname: models.OuterRef("pk")})
+    found = field.related_model._base_manager.filter(~models.Exists(rows))
+    if subjects is not None:
+        found = found.filter(pk__in=list(subjects))
+    return list(found.order_by("pk").values_list("pk", flat=True))
+
+
+def orphan_break(model: type[ChainedModel], subject: Any) -> ChainBreak:
+    field = next(f for f in model._meta.concrete_fields if f.attname == model.chain_stream)
+    return ChainBreak(
+        model._meta.label_lower,
+        str(subject),
+        None,
+        f"every row of the stream is gone ({field.related_model._meta.label_lower} {subject} "
+        f"exists)",
+    )
 
 
 def streams_of(model: type[ChainedModel], queryset=None) -> Iterator[tuple[str, list]]:

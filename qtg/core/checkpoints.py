@@ -39,6 +39,8 @@ from qtg.core.chain import (
     StreamMark,
     chained_models,
     link_problem,
+    orphan_break,
+    orphaned_subjects,
     stream_of,
     streams_of,
     verify_stream,
@@ -247,6 +249,7 @@ def verify_all(
             result.breaks += verify_stream(
                 model, stream, rows, mark=marks.pop(stream, None), legacy_through=legacy_through
             )
+        result.breaks += [orphan_break(model, subject) for subject in orphaned_subjects(model)]
         for stream, mark in marks.items():
             if mark.rows:
                 result.breaks.append(

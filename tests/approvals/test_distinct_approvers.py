@@ -41,3 +41,24 @@ def test_the_database_refuses_two_approvals_of_one_user_whatever_they_were_calle
 
     with pytest.raises(IntegrityError), transaction.atomic():
         MovementApproval.objects.create(approver="user:alice-renamed", **fields)
+
+
+def test_two_people_who_held_one_name_in_turn_are_two_approvers_at_dispatch(
+    make_movement, policy, bob
+):
+    from movements.services.execution.claims import claim_ready_nodes
+    from tests.approvals.conftest import staff
+
+    # given a movement that needs two approvers, approved by bob, who is then renamed ...
+    policy(approvals_required=2)
+    movement = make_movement(amount="20000")
+    movement_approve(request=movement, actor=act(bob))
+    bob.username = "bob-renamed"
+    bob.save(update_fields=["username"])
+    # ... and by another person who now holds the name "bob"
+    movement_approve(request=movement, actor=act(staff("bob", "operators")))
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.APPROVED
+
+    # then dispatch counts two people (by user id), not one name
+    assert [c.node.node_key for c in claim_ready_nodes(owner="test")] == ["withdraw"]

@@ -247,3 +247,28 @@ def test_the_api_refuses_a_cancel_in_transit_under_the_two_person_rule(in_transi
     assert response.json()["code"] == "two_person_required"
     in_transit.refresh_from_db()
     assert in_transit.request_state == RS.EXECUTING
+
+
+def test_a_proposal_and_its_confirmation_are_linked_records_naming_both_people(
+    intervention, carol, dave
+):
+    from movements.models import AuditRecord
+    from qtg.core.chain import link_problem
+
+    proposal = override_propose(
+        request=intervention, action=OverrideAction.FORCE_FAIL, actor=act(carol), reason="gone"
+    )
+    override_confirm(proposal=proposal, actor=act(dave), reason="checked with the venue")
+
+    rows = list(
+        AuditRecord.objects.filter(subject=f"movements.overrideproposal:{proposal.pk}").order_by(
+            "pk"
+        )
+    )
+    assert [(r.action, r.actor_id, r.detail["status"]) for r in rows] == [
+        ("proposed", "user:carol", "PROPOSED"),
+        ("confirmed", "user:dave", "CONFIRMED"),
+    ]
+    assert rows[1].detail["reason"] == "gone"
+    assert all(link_problem(r) is None for r in rows)
+    assert rows[1].chain_prev == rows[0].chain_hash

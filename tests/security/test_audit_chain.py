@@ -488,3 +488,177 @@ def test_audit_verify_since_is_bounded_and_names_a_recent_edit(make_movement):
     out = breaks("--since", "10m", "--limit", "100")
 
     assert f"stream {movement.pk} row {edited.pk}: its content" in out
+
+
+def subscription_records(subscription) -> list[tuple[str, str]]:
+    rows = AuditRecord.objects.filter(subject=f"callbacks.subscription:{subscription.pk}")
+    assert all(link_problem(row) is None for row in rows)
+    return [(row.action, row.actor_id) for row in rows.order_by("pk")]
+
+
+def test_webhook_subscription_changes_in_the_console_are_linked_records_naming_the_person(
+    admin_client,
+):
+    from django.urls import reverse
+
+    from callbacks.models import Subscription
+
+    form = {
+        "name": "treasury",
+        "url": "https://receiver.example/hook",
+        "event_types": ["request_completed"],
+        "is_active": "on",
+    }
+    admin_client.post(reverse("admin:callbacks_subscription_add"), form)
+    subscription = Subscription.objects.get(name="treasury")
+    change = reverse("admin:callbacks_subscription_change", args=[subscription.pk])
+    admin_client.post(change, {**form, "rotate_secret": "on"})
+    delete = reverse("admin:callbacks_subscription_delete", args=[subscription.pk])
+    admin_client.post(delete, {"post": "yes"})
+
+    assert subscription_records(subscription) == [
+        ("created", "user:admin"),
+        ("changed", "user:admin"),
+        ("secret_rotated", "user:admin"),
+        ("deleted", "user:admin"),
+    ]
+    # deleting keeps the row the records name (and its deliveries' history): it stops sending
+    subscription.refresh_from_db()
+    assert not subscription.is_active and subscription.deleted_at is not None
+
+
+def test_a_secret_rotated_through_the_api_names_the_client_who_rotated_it():
+    from callbacks.models import Subscription
+    from tests.api.conftest import client_for, post_json
+    from tests.conftest import make_user
+
+    client = client_for(make_user("bot"))
+    created = post_json(
+        client, "/api/v1/webhooks/", {"url": "https://r.example/h", "event_types": ["*"]}
+    )
+    assert created.status_code == 201, created.content
+    post_json(client, f"/api/v1/webhooks/{created.json()['id']}/rotate-secret/", {})
+
+    subscription = Subscription.objects.get(pk=created.json()["id"])
+    assert subscription_records(subscription) == [
+        ("created", "user:bot"),
+        ("secret_rotated", "user:bot"),
+    ]
+
+
+def test_the_exchange_journal_keeps_the_lost_answer_when_recovery_finds_the_withdrawal(db):
+    from decimal import Decimal
+
+    from qtg.core.actors import acting_for
+    from venues.cex import journal
+
+    # given a withdrawal whose answer was lost (UNKNOWN), then found by recovery
+    row = journal.withdrawal_begin(
+        client_id="qtg-lost-1",
+        exchange="binance",
+        account="main",
+        coin="USDC",
+        network="ETH",
+        address="0x" + "ab" * 20,
+        amount=Decimal("10"),
+        request_id="r-1",
+        node_key="withdraw",
+    )
+    journal.mark_sent(row, valid_until=None, skew_ms=0)
+    with acting_for("worker:host:1:abc#epoch4/attempt1"):
+        journal.advance(row, to=journal.State.UNKNOWN, error="read timed out")
+    with acting_for("worker:host:2:def#epoch5/attempt1"):
+        journal.advance(row, to=journal.State.FOUND, withdrawal_id="W-77")
+
+    # then the lost answer is still there, and the finding is a record of its own
+    row.refresh_from_db()
+    assert (row.state, row.withdrawal_id, row.error) == ("FOUND", "W-77", "read timed out")
+    records = list(AuditRecord.objects.filter(subject="cexwithdrawal:qtg-lost-1").order_by("pk"))
+    assert [(r.action, r.detail["error"], r.detail["withdrawal_id"]) for r in records] == [
+        ("answer:UNKNOWN", "read timed out", ""),
+        ("answer:FOUND", "", "W-77"),
+    ]
+    assert [r.actor_id for r in records] == [
+        "system:venues.cex@worker:host:1:abc#epoch4/attempt1",
+        "system:venues.cex@worker:host:2:def#epoch5/attempt1",
+    ]
+    assert all(link_problem(r) is None for r in records)
+    assert records[1].chain_prev == records[0].chain_hash
+
+
+def test_approval_policy_versions_proposed_activated_and_superseded_are_linked_records(db):
+    from movements.services.approvals import approval_policy_activate, approval_policy_propose
+    from tests.approvals.conftest import act, staff
+
+    alice, carol = staff("alice-p", "operators"), staff("carol-p", "supervisors")
+    first = approval_policy_propose(actor=act(alice), key="large", approvals_required=2)
+    approval_policy_activate(policy=first, actor=act(carol))
+    second = approval_policy_propose(actor=act(alice), key="large", approvals_required=3)
+    approval_policy_activate(policy=second, actor=act(carol))
+
+    def trail(policy):
+        rows = AuditRecord.objects.filter(subject=f"movements.approvalpolicy:{policy.pk}")
+        assert all(link_problem(row) is None for row in rows)
+        return [(r.action, r.actor_id, r.detail["approvals_required"]) for r in rows.order_by("pk")]
+
+    assert trail(first) == [
+        ("proposed", "user:alice-p", 2),
+        ("activated", "user:carol-p", 2),
+        ("superseded", "user:carol-p", 2),
+    ]
+    assert trail(second) == [("proposed", "user:alice-p", 3), ("activated", "user:carol-p", 3)]
+
+
+def test_a_chain_transaction_event_written_outside_a_venue_call_names_its_process(db):
+    import os
+    import socket
+
+    from venues.models import ChainTransactionEvent
+    from venues.transactions import chain_transaction_create
+
+    # given a venue record written by a sweep (no claimed node, no lease): e.g. the watch of
+    # concluded transfers walking a transaction back
+    tx = chain_transaction_create(
+        chain="anvil",
+        sender="0x" + "ab" * 20,
+        nonce=0,
+        unsigned={"to": "0x" + "cd" * 20, "value": 1},
+        actor=Actor.system("venues.evm.watch"),
+    )
+
+    event = ChainTransactionEvent.objects.get(chain_transaction=tx)
+    assert event.actor_id == f"venues.evm.watch@worker:{socket.gethostname()}:{os.getpid()}"
+
+
+def test_beat_writes_a_checkpoint_and_runs_the_bounded_verification(
+    settings, make_movement, checkpoint_file
+):
+    from ops.health import audit_detail
+    from qtg.celery import app
+
+    app.loader.import_default_modules()
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert {"ops.audit_checkpoint", "ops.audit_verify_recent"} <= scheduled
+    make_movement(approve=True)
+
+    seq = app.tasks["ops.audit_checkpoint"].apply().get()
+    breaks = app.tasks["ops.audit_verify_recent"].apply().get()
+
+    assert (seq, breaks) == (1, 0)
+    assert json.loads(checkpoint_file.read_text().splitlines()[-1])["seq"] == 1
+    assert audit_detail()["status"] == "ok" and audit_detail()["checkpoint"] == 1
+
+
+def test_every_event_of_a_movement_deleted_before_any_checkpoint_is_named(make_movement):
+    # given a movement whose events are all deleted before a checkpoint counted them
+    movement = make_movement(approve=True)
+    tamper("DELETE FROM {table} WHERE request_id = %s", [db(movement.pk)])
+
+    out = breaks()
+
+    # then the movement, which is always created with its first event, names the loss
+    assert (
+        f"movements.movementevent stream {movement.pk}: every row of the stream is gone "
+        f"(movements.movementrequest {movement.pk} exists)" in out
+    )
+    assert movement_chain_status(movement.pk).startswith("broken at movements.movementevent")

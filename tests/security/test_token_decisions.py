@@ -2,6 +2,8 @@
 never decides and, outside the demo, works only once a second superuser activates it; a user
 who must use a second factor mints their own tokens with a one-time code; tokens are scoped."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
@@ -147,3 +149,123 @@ def test_a_token_without_the_scope_is_refused_what_it_does_not_cover(make_moveme
         ).status_code
         == 403
     )
+
+
+def test_the_second_superuser_who_activates_a_token_is_recorded_in_the_linked_trail(
+    settings, admin_user
+):
+    from access.models import ApiTokenEvent
+    from qtg.core.chain import link_problem
+
+    settings.QTG_TOKENS_FOR_OTHERS_ALONE = False
+    bot = make_user("bot")
+    minted = api_token_mint(user=bot, actor=admin_user)
+    second = User.objects.create_superuser("second", password="pw-second-superuser")
+
+    api_token_activate(token=minted.token, actor=second)
+
+    events = list(ApiTokenEvent.objects.filter(token=minted.token).order_by("pk"))
+    assert [(e.action, e.actor, e.subject) for e in events] == [
+        ("minted", admin_user, bot),
+        ("activated", second, bot),
+    ]
+    assert all(link_problem(e) is None for e in events)
+    assert events[1].chain_prev == events[0].chain_hash
+
+
+def test_a_token_minted_without_a_second_factor_stops_deciding_once_its_user_needs_one(
+    settings, make_movement
+):
+    from django.contrib.auth.models import Permission
+
+    # given an integrator's own deciding token, minted while they held no money permission
+    settings.QTG_OTP_REQUIRED = True
+    user = make_user("integrator", "view_movementrequest")
+    key = api_token_mint(user=user, actor=user, scopes=["read", "create", "decide"]).key
+    # when they are given the permission to approve (so they must use a second factor)
+    user.user_permissions.add(Permission.objects.get(codename="approve_movement"))
+    movement = make_movement()
+
+    response = api(key).post(movement_url(movement.pk, "approve"), format="json")
+
+    # then the old token cannot approve: they mint a new one with their one-time code
+    assert response.status_code == 403
+    assert "second factor" in response.json()["detail"]
+    assert api(key).get(MOVEMENTS).status_code == 200
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.PENDING_APPROVAL
+
+
+def edit_below_the_application(sql: str, params=()) -> None:
+    """The runtime role may UPDATE and INSERT tokens (it revokes and mints them)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(table=ApiToken._meta.db_table), params)
+
+
+def test_a_token_row_rewritten_below_the_application_to_decide_is_refused(
+    admin_user, operator, make_movement
+):
+    # given a token a superuser minted for the operator (it never decides) ...
+    minted = api_token_mint(user=operator, actor=admin_user)
+    # ... made to look like the operator's own deciding token, in the database
+    edit_below_the_application(
+        "UPDATE {table} SET minted_for_other = %s, minted_by_id = NULL, scopes = %s WHERE id = %s",
+        [False, '["read", "create", "decide"]', minted.token.pk],
+    )
+    movement = make_movement()
+
+    response = api(minted.key).post(movement_url(movement.pk, "approve"), format="json")
+
+    assert response.status_code == 401
+    movement.refresh_from_db()
+    assert movement.request_state == RequestState.PENDING_APPROVAL
+
+
+def test_a_token_row_inserted_below_the_application_is_refused(operator):
+    import secrets
+
+    from django.utils import timezone
+
+    from access.services import token_digest
+
+    key = secrets.token_hex(20)
+    now = timezone.now()
+    edit_below_the_application(
+        "INSERT INTO {table} (user_id, prefix, digest, name, created_at, expires_at, "
+        "minted_for_other, scopes, activated_at) VALUES (%s, %s, %s, '', %s, %s, %s, %s, %s)",
+        [
+            operator.pk,
+            key[:8],
+            token_digest(key),
+            now,
+            now + timedelta(days=1),
+            False,
+            '["read", "create", "decide"]',
+            now,
+        ],
+    )
+
+    assert api(key).get(MOVEMENTS).status_code == 401
+
+
+def test_a_second_factor_proof_written_into_a_token_row_below_the_application_is_refused(
+    settings, make_movement
+):
+    from django.contrib.auth.models import Permission
+
+    settings.QTG_OTP_REQUIRED = True
+    user = make_user("integrator", "view_movementrequest")
+    minted = api_token_mint(user=user, actor=user, scopes=["read", "create", "decide"])
+    user.user_permissions.add(Permission.objects.get(codename="approve_movement"))
+    edit_below_the_application(
+        "UPDATE {table} SET second_factor_at = now() WHERE id = %s"
+        if settings.DB_IS_POSTGRES
+        else "UPDATE {table} SET second_factor_at = datetime('now') WHERE id = %s",
+        [minted.token.pk],
+    )
+
+    response = api(minted.key).post(movement_url(make_movement().pk, "approve"), format="json")
+
+    assert response.status_code == 401

@@ -110,3 +110,20 @@ def test_a_drf_token_is_accepted_only_where_legacy_tokens_are_on(settings, clien
     assert client.get("/api/v1/movements/", **headers).status_code == 200
     settings.QTG_API_LEGACY_TOKENS = False
     assert client.get("/api/v1/movements/", **headers).status_code == 401
+
+
+def test_a_token_minted_on_the_command_line_names_who_ran_it_and_where(capsys):
+    import getpass
+    import os
+    import socket
+
+    from django.core.management import call_command
+
+    make_user("bot")
+    call_command("api_token_create", "bot")
+
+    event = ApiTokenEvent.objects.get()
+    assert event.actor is None
+    assert event.actor_label == (
+        f"manage.py api_token_create by {getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
+    )

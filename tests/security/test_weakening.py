@@ -194,3 +194,20 @@ def test_testserver_is_allowed_in_the_embedded_profile_only(tmp_path):
     assert production.returncode == 0, production.stderr
     assert "testserver" not in production.stdout.strip().splitlines()[-1]
     assert "testserver" in embedded.stdout.strip().splitlines()[-1]
+
+
+def test_the_runbook_s_security_section_lists_every_weakening_switch_and_its_cost():
+    from pathlib import Path
+
+    runbook = (Path(__file__).resolve().parents[2] / "docs" / "runbook.md").read_text()
+    section = runbook.split("## Security: the switches that weaken a deployment", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1]: line.split("|")[2].strip()
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+
+    for weakening in WEAKENINGS:
+        row = next((cost for switch, cost in rows.items() if weakening.variable in switch), "")
+        assert row, f"{weakening.variable} is not in the runbook's security section"

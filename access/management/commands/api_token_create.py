@@ -1,5 +1,8 @@
 """Mint an API token for a user and print its key (shown this once)."""
 
+import getpass
+import os
+import socket
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -8,6 +11,11 @@ from django.utils import timezone
 
 from access.second_factor import second_factor_verified
 from access.services import api_token_mint
+
+
+def _who_runs_this() -> str:
+    """The account, host and process that ran the command: the record names who minted."""
+    return f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"[:110]
 
 
 class Command(BaseCommand):
@@ -38,7 +46,7 @@ class Command(BaseCommand):
         try:
             minted = api_token_mint(
                 user=user,
-                actor_label="manage.py api_token_create",
+                actor_label=f"manage.py api_token_create by {_who_runs_this()}",
                 name=name,
                 lifetime=timedelta(days=days) if days else None,
                 scopes=[s.strip() for s in scopes.split(",") if s.strip()] or None,
