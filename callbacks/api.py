@@ -23,7 +23,6 @@ from drf_spectacular.utils import (
 from rest_framework import generics, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -197,8 +196,9 @@ class EventPageSerializer(serializers.Serializer):
 # --- Webhooks -------------------------------------------------------------------------------
 
 
-class DeliveryPagination(PageNumberPagination):
+class DeliveryPagination(public.PagePagination):
     page_size = 50
+    example_path = "/api/v1/webhooks/7/deliveries/"
 
 
 WEBHOOK_ID = OpenApiParameter(
@@ -225,9 +225,11 @@ EVENT_EXAMPLE = {
     "timestamp": "2026-12-01T10:05:00Z",
     "version": PAYLOAD_VERSION,
     "data": {
-        "id": "0b6f3c52-6a5e-4f3e-9d55-2f1e8c1b7a10",
+        **public.MOVEMENT_EXAMPLE,
         "request_state": "COMPLETED",
-        "sequence": 6,
+        "current_frontier": [],
+        "reservation": {"state": "CONSUMED", "amount": "1500.25"},
+        "sequence": 8,
     },
     "context": {"previous_state": "EXECUTING"},
 }
@@ -261,7 +263,7 @@ def _validation_error(exc: DjangoValidationError) -> ValidationError:
         summary="List your webhook subscriptions",
         operation_id="webhooks_list",
         responses={200: WebhookSerializer(many=True), **problem_responses(400, 401)},
-        examples=[OpenApiExample("Subscriptions", value=[WEBHOOK_EXAMPLE], response_only=True)],
+        examples=[OpenApiExample("Subscriptions", value=WEBHOOK_EXAMPLE, response_only=True)],
     ),
     retrieve=extend_schema(
         summary="Read one of your webhook subscriptions",
@@ -441,7 +443,20 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         operation_id="webhooks_redeliver",
         parameters=[WEBHOOK_ID, DELIVERY_ID],
         request=None,
-        responses={202: DeliverySerializer, **problem_responses(400, 401, 404, 409)},
+        responses={
+            202: DeliverySerializer,
+            **problem_responses(
+                400,
+                401,
+                404,
+                409,
+                descriptions={
+                    409: "The delivery is still PENDING (it is retried on its own): "
+                    "`details.current_state` names its status."
+                },
+                error_codes={409: ("conflict",)},
+            ),
+        },
     )
     @action(
         detail=True,
