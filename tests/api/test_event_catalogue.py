@@ -210,8 +210,25 @@ def _gated() -> dict:
     }
 
 
-def test_the_readme_catalogues_every_event_type():
+def test_the_readme_catalogues_every_event_type_with_its_context():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
-    for event_type in EVENT_TYPES:
-        assert f"| `{event_type}` |" in readme, event_type
+    for event_type, entry in EVENT_CATALOGUE.items():
+        [row] = [line for line in readme.splitlines() if line.startswith(f"| `{event_type}` |")]
+        for field in entry["context"]:
+            assert f"`{field}`" in row, (event_type, field)
+
+
+def test_the_readme_integrator_section_documents_discovery_events_and_withdraw():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## The integration API", 1)[1].split("\n## ", 1)[0]
+
+    for documented in (
+        "GET /api/v1/templates/",
+        "GET /api/v1/venues/",
+        "POST /api/v1/movements/{id}/withdraw/",
+        "GET /api/v1/events/",
+        "webhooks",
+        '"event_types": ["*"]',
+    ):
+        assert documented in section, documented
