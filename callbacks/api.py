@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.throttles import AnonymousRateThrottle, ClientRateThrottle, WebhookTestThrottle
-from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES, TEST_EVENT_TYPE
+from callbacks.events import ALL_EVENT_TYPES, CLIENT_EVENT_TYPES, TEST_EVENT_TYPE
 from callbacks.models import Delivery, DeliveryAttempt, Event, Subscription
 from callbacks.services import (
     PAYLOAD_VERSION,
@@ -109,13 +109,13 @@ class WebhookInputSerializer(serializers.Serializer):
         help_text="The http(s) endpoint that receives them.",
     )
     event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=[*EVENT_TYPES, ALL_EVENT_TYPES]),
+        child=serializers.ChoiceField(choices=[*CLIENT_EVENT_TYPES, ALL_EVENT_TYPES]),
         allow_empty=False,
         min_length=1,
-        max_length=len(EVENT_TYPES) + 1,
+        max_length=len(CLIENT_EVENT_TYPES) + 1,
         help_text='The event types to receive (at least one); `"*"` receives every type, '
         "those added to the contract later too. The catalogue is in this document's "
-        "`webhooks` section.",
+        "`webhooks` section (`audit.checkpoint` goes to operators' subscriptions only).",
     )
     is_active = serializers.BooleanField(required=False, help_text="Paused when false.")
 
@@ -174,7 +174,7 @@ class EventSerializer(serializers.Serializer):
     """One event: the body of its webhook, exactly."""
 
     id = serializers.UUIDField(help_text="The event's id; the `webhook-id` header of its webhook.")
-    type = serializers.ChoiceField(choices=[*EVENT_TYPES, TEST_EVENT_TYPE])
+    type = serializers.ChoiceField(choices=[*CLIENT_EVENT_TYPES, TEST_EVENT_TYPE])
     timestamp = serializers.DateTimeField(help_text="When it happened.")
     version = serializers.CharField(help_text=f"The payload version, `{PAYLOAD_VERSION}`.")
     data = WebhookMovementSerializer(help_text="The movement as GET /movements/{id}/ shows it.")

@@ -211,6 +211,10 @@ EVENT_CATALOGUE: dict[str, dict] = {
 }
 
 EVENT_TYPES = tuple(EVENT_CATALOGUE)
+# Sent to operator subscriptions only (the admin's): a client's subscription cannot ask for them,
+# and the movement feed never carries them.
+OPERATOR_EVENT_TYPES = ("audit.checkpoint",)
+CLIENT_EVENT_TYPES = tuple(t for t in EVENT_TYPES if t not in OPERATOR_EVENT_TYPES)
 
 # ``event_types: ["*"]`` subscribes to every event type, present and future.
 ALL_EVENT_TYPES = "*"

@@ -174,6 +174,20 @@ def test_an_unknown_event_type_is_still_refused(integration_client):
     assert "event_types" in body["details"]
 
 
+def test_a_client_cannot_subscribe_to_the_operators_audit_checkpoints(integration_client):
+    # They go to operators' subscriptions only: accepting the type would promise a delivery
+    # that never comes.
+    response = post_json(
+        integration_client,
+        WEBHOOKS,
+        {"url": "https://hooks.example.com/all", "event_types": ["audit.checkpoint"]},
+    )
+
+    body = assert_error(response, 400, "invalid")
+    assert "event_types" in body["details"]
+    assert not Subscription.objects.exists()
+
+
 @pytest.mark.django_db
 def test_the_schema_catalogues_every_event_in_its_webhooks_section(client):
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
