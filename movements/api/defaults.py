@@ -66,7 +66,9 @@ def problem_responses(
     those every operation may give (``EVERY_OPERATION``), each with the codes it carries
     (``error_codes`` for those particular to the operation)."""
     descriptions = {**ERROR_DESCRIPTIONS, **(descriptions or {})}
-    error_codes = {**ERROR_CODES, **(error_codes or {})}
+    # An operation without a JSON body (no 415) never parses one: its 400 is `invalid` only.
+    bodyless = {} if 415 in codes else {400: ("invalid",)}
+    error_codes = {**ERROR_CODES, **bodyless, **(error_codes or {})}
     return {
         (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(
             ProblemSerializer,

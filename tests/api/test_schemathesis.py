@@ -33,6 +33,7 @@ CHECKS_ON = {
     "content_type_conformance",
     "response_headers_conformance",
     "response_schema_conformance",
+    "problem_code_is_documented",
 }
 POSITIVE_EXAMPLES = 25
 NEGATIVE_EXAMPLES = 15
@@ -104,6 +105,20 @@ def load_schema(app):
     return schema
 
 
+def problem_code_is_documented(ctx, response, case):
+    """A problem's `code` is one the operation documents for that status ("Codes: ...")."""
+    if response.status_code < 400:
+        return None
+    code = response.json()["code"]
+    documented = case.operation.definition.raw["responses"][str(response.status_code)]
+    if f"`{code}`" not in documented["description"]:
+        raise AssertionError(
+            f"{case.operation.label} answered {response.status_code} `{code}`, which its "
+            f"schema does not list: {documented['description']}"
+        )
+    return None
+
+
 @pytest.mark.django_db
 def test_every_operation_conforms_to_the_schema_for_generated_input(existing, wsgi_app):
     given_user = make_user("fuzzer", *ALL_MOVEMENT_PERMS)
@@ -154,7 +169,7 @@ def test_every_operation_conforms_to_the_schema_for_generated_input(existing, ws
             def check(case):
                 nonlocal cases
                 cases += 1
-                case.call_and_validate(headers=auth)
+                case.call_and_validate(headers=auth, additional_checks=[problem_code_is_documented])
 
             check()
 
