@@ -22,12 +22,11 @@ from drf_spectacular.utils import (
 from rest_framework import generics, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.throttles import AnonymousRateThrottle, ClientRateThrottle, WebhookTestThrottle
-from callbacks.events import ALL_EVENT_TYPES, EVENT_TYPES, TEST_EVENT_TYPE
+from callbacks.events import ALL_EVENT_TYPES, CLIENT_EVENT_TYPES, TEST_EVENT_TYPE
 from callbacks.models import Delivery, DeliveryAttempt, Event, Subscription
 from callbacks.services import (
     PAYLOAD_VERSION,
@@ -110,13 +109,13 @@ class WebhookInputSerializer(serializers.Serializer):
         help_text="The http(s) endpoint that receives them.",
     )
     event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=[*EVENT_TYPES, ALL_EVENT_TYPES]),
+        child=serializers.ChoiceField(choices=[*CLIENT_EVENT_TYPES, ALL_EVENT_TYPES]),
         allow_empty=False,
         min_length=1,
-        max_length=len(EVENT_TYPES) + 1,
+        max_length=len(CLIENT_EVENT_TYPES) + 1,
         help_text='The event types to receive (at least one); `"*"` receives every type, '
         "those added to the contract later too. The catalogue is in this document's "
-        "`webhooks` section.",
+        "`webhooks` section (`audit.checkpoint` goes to operators' subscriptions only).",
     )
     is_active = serializers.BooleanField(required=False, help_text="Paused when false.")
 
@@ -175,7 +174,7 @@ class EventSerializer(serializers.Serializer):
     """One event: the body of its webhook, exactly."""
 
     id = serializers.UUIDField(help_text="The event's id; the `webhook-id` header of its webhook.")
-    type = serializers.ChoiceField(choices=[*EVENT_TYPES, TEST_EVENT_TYPE])
+    type = serializers.ChoiceField(choices=[*CLIENT_EVENT_TYPES, TEST_EVENT_TYPE])
     timestamp = serializers.DateTimeField(help_text="When it happened.")
     version = serializers.CharField(help_text=f"The payload version, `{PAYLOAD_VERSION}`.")
     data = WebhookMovementSerializer(help_text="The movement as GET /movements/{id}/ shows it.")
@@ -197,8 +196,9 @@ class EventPageSerializer(serializers.Serializer):
 # --- Webhooks -------------------------------------------------------------------------------
 
 
-class DeliveryPagination(PageNumberPagination):
+class DeliveryPagination(public.PagePagination):
     page_size = 50
+    example_path = "/api/v1/webhooks/7/deliveries/"
 
 
 WEBHOOK_ID = OpenApiParameter(
@@ -225,9 +225,11 @@ EVENT_EXAMPLE = {
     "timestamp": "2026-12-01T10:05:00Z",
     "version": PAYLOAD_VERSION,
     "data": {
-        "id": "0b6f3c52-6a5e-4f3e-9d55-2f1e8c1b7a10",
+        **public.MOVEMENT_EXAMPLE,
         "request_state": "COMPLETED",
-        "sequence": 6,
+        "current_frontier": [],
+        "reservation": {"state": "CONSUMED", "amount": "1500.25"},
+        "sequence": 8,
     },
     "context": {"previous_state": "EXECUTING"},
 }
@@ -261,7 +263,7 @@ def _validation_error(exc: DjangoValidationError) -> ValidationError:
         summary="List your webhook subscriptions",
         operation_id="webhooks_list",
         responses={200: WebhookSerializer(many=True), **problem_responses(400, 401)},
-        examples=[OpenApiExample("Subscriptions", value=[WEBHOOK_EXAMPLE], response_only=True)],
+        examples=[OpenApiExample("Subscriptions", value=WEBHOOK_EXAMPLE, response_only=True)],
     ),
     retrieve=extend_schema(
         summary="Read one of your webhook subscriptions",
@@ -437,7 +439,20 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         operation_id="webhooks_redeliver",
         parameters=[WEBHOOK_ID, DELIVERY_ID],
         request=None,
-        responses={202: DeliverySerializer, **problem_responses(400, 401, 404, 409)},
+        responses={
+            202: DeliverySerializer,
+            **problem_responses(
+                400,
+                401,
+                404,
+                409,
+                descriptions={
+                    409: "The delivery is still PENDING (it is retried on its own): "
+                    "`details.current_state` names its status."
+                },
+                error_codes={409: ("conflict",)},
+            ),
+        },
     )
     @action(
         detail=True,

@@ -10,48 +10,33 @@ from rest_framework import serializers
 from callbacks.api import WEBHOOK_DELIVERY_DESCRIPTION, EventSerializer
 from callbacks.events import EVENT_CATALOGUE
 from callbacks.services import PAYLOAD_VERSION
+from movements import public
 
 FIELD_TYPES = {
-    "string": lambda help_text: serializers.CharField(help_text=help_text),
-    "integer": lambda help_text: serializers.IntegerField(help_text=help_text),
-    "array": lambda help_text: serializers.ListField(
-        child=serializers.CharField(), help_text=help_text
-    ),
+    "string": serializers.CharField,
+    "integer": serializers.IntegerField,
+    "array": lambda **kwargs: serializers.ListField(child=serializers.CharField(), **kwargs),
 }
-# The context fields an event carries only in some cases (required where always present).
-OPTIONAL_CONTEXT = {("request_attention", "previous_state")}
 
 
 def _camel(event_type: str) -> str:
     return "".join(part.capitalize() for part in event_type.replace(".", "_").split("_"))
 
 
-def _context_serializer(event_type: str, fields: dict[str, tuple[str, str]]) -> type:
+def _context_serializer(event_type: str, entry: dict[str, Any]) -> type:
     attrs: dict[str, Any] = {}
-    for name, (kind, help_text) in fields.items():
-        field = FIELD_TYPES[kind](help_text)
-        field.required = (event_type, name) not in OPTIONAL_CONTEXT
-        attrs[name] = field
-    if event_type == "request_rejected":
-        attrs["withdrawn_by"] = serializers.CharField(
-            required=False, help_text="Who withdrew it (a withdrawal only)."
+    for name, (kind, help_text) in entry["context"].items():
+        # Required where always present (the catalogue names the others).
+        attrs[name] = FIELD_TYPES[kind](
+            help_text=help_text, required=name not in entry.get("optional", ())
         )
-        attrs["reason"] = serializers.CharField(
-            required=False, help_text="Why it was withdrawn (a withdrawal only)."
-        )
-    if event_type == "request_attention":
-        # A node's attention (the same fields as node_attention).
-        for name, (kind, help_text) in EVENT_CATALOGUE["node_attention"]["context"].items():
-            field = FIELD_TYPES[kind](help_text)
-            field.required = False
-            attrs[name] = field
     attrs["Meta"] = type("Meta", (), {"ref_name": f"{_camel(event_type)}Context"})
     return type(f"{_camel(event_type)}ContextSerializer", (serializers.Serializer,), attrs)
 
 
 def _event_serializer(event_type: str, entry: dict[str, Any]) -> type:
     if entry["context"]:
-        context = _context_serializer(event_type, entry["context"])(
+        context = _context_serializer(event_type, entry)(
             help_text="What this event adds to the movement."
         )
     else:
@@ -77,14 +62,23 @@ def _event_serializer(event_type: str, entry: dict[str, Any]) -> type:
 
 
 def _example(event_type: str, entry: dict[str, Any]) -> dict[str, Any]:
-    samples = {"string": "EXECUTING", "integer": 1, "array": ["withdraw"]}
+    """The catalogue's example of the event, as its webhook body: the movement as the API
+    shows it in the state it was then, with its sequence."""
+    example = entry["example"]
+    data = example.get("data")
+    if data is None:
+        data = {
+            **public.MOVEMENT_EXAMPLE,
+            "request_state": example["state"],
+            "sequence": example["sequence"],
+        }
     return {
         "id": "5f0c1b1e-3f8e-4a55-9a8d-2b0a6c3e9d11",
         "type": event_type,
         "timestamp": "2026-12-01T10:05:00Z",
         "version": PAYLOAD_VERSION,
-        "data": {"id": "0b6f3c52-6a5e-4f3e-9d55-2f1e8c1b7a10", "sequence": 3},
-        "context": {name: samples[kind] for name, (kind, _) in entry["context"].items()},
+        "data": data,
+        "context": example["context"],
     }
 
 
@@ -97,9 +91,9 @@ WEBHOOKS = [
             tags=["events"],
             request=_event_serializer(event_type, entry),
             responses={200: None},
-            examples=[
-                OpenApiExample(event_type, value=_example(event_type, entry), request_only=True)
-            ],
+            # drf-spectacular builds a webhook's body from the receiver's side (a response),
+            # so the example is not marked request_only: that would drop it.
+            examples=[OpenApiExample(event_type, value=_example(event_type, entry))],
         ),
     )
     for event_type, entry in EVENT_CATALOGUE.items()

@@ -1,5 +1,7 @@
-"""A QTG integrator in a few lines: verify a webhook with the stock Standard Webhooks library,
-and follow the event feed with a cursor (for polling, or to catch up after downtime).
+"""A QTG integrator in a few lines: discover what may be sent, verify a webhook with the stock
+Standard Webhooks library, follow the event feed with a cursor (for polling, or to catch up
+after downtime), withdraw a movement still waiting for approval, and wait as `Retry-After`
+says on a 429 or 503.
 
     pip install standardwebhooks httpx
     export QTG_URL=http://127.0.0.1:8000 QTG_TOKEN=... QTG_WEBHOOK_SECRET=whsec_...
@@ -38,11 +40,39 @@ def receive_webhook(body: bytes, headers: dict[str, str]) -> int:
     return 204
 
 
+def call(method: str, path: str, **kwargs) -> httpx.Response:
+    """One API call; throttled (429) or unavailable (503), it waits `Retry-After` and retries."""
+    while True:
+        response = httpx.request(method, f"{QTG_URL}{path}", headers=HEADERS, **kwargs)
+        if response.status_code not in (429, 503):
+            return response
+        time.sleep(int(response.headers.get("Retry-After", "1")))
+
+
+def discover() -> dict[str, list[str]]:
+    """What `template`, `source` and `destination` may be now (read at run time, never baked
+    into the client): the templates with the params each takes, and the venues."""
+    templates = call("GET", "/api/v1/templates/").json()
+    venues = call("GET", "/api/v1/venues/").json()
+    return {
+        "templates": [t["key"] for t in templates],
+        "venues": [v["name"] for v in venues],
+    }
+
+
+def withdraw(movement_id: str, reason: str) -> dict:
+    """Take back a movement still waiting for approval: the movement (now REJECTED), or the
+    problem document (409 with `details.current_state` once it left PENDING_APPROVAL)."""
+    return call(
+        "POST", f"/api/v1/movements/{movement_id}/withdraw/", json={"reason": reason}
+    ).json()
+
+
 def follow_feed(cursor: str | None = None) -> None:
     """Read every event in order, then poll; keep the cursor to resume after a restart."""
     while True:
         params = {"after": cursor} if cursor else {}
-        page = httpx.get(f"{QTG_URL}/api/v1/events/", params=params, headers=HEADERS).json()
+        page = call("GET", "/api/v1/events/", params=params).json()
         for event in page["results"]:
             handle(event)
         cursor = page["next_cursor"] or cursor

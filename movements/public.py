@@ -100,6 +100,15 @@ def __getattr__(name: str) -> Any:
         from movements.api import defaults
 
         return getattr(defaults, name)
+    if name == "PagePagination":
+        from movements.api import pagination
+
+        return pagination.PagePagination
+    if name == "MOVEMENT_EXAMPLE":
+        # A movement as the API shows it, for the examples other apps publish.
+        from movements.api import examples
+
+        return examples.MOVEMENT_VALUE
     if name in ("ProblemSerializer", "MovementSerializer"):
         from movements.api import serializers
 

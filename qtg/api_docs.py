@@ -53,3 +53,43 @@ def nullable_as_type_lists(result, generator, request, public):
 
     convert(result)
     return result
+
+
+RETRY_AFTER = {
+    "schema": {"type": "integer", "minimum": 0},
+    "description": "Seconds to wait before retrying.",
+}
+REQUEST_ID = {
+    "schema": {"type": "string"},
+    "description": "The id of the request's log lines (also `details.request_id`): quote it.",
+}
+
+
+def problem_headers(result, generator, request, public):
+    """The headers a problem answer carries, on every operation: `Retry-After` on each 429 and
+    503 (and on a create's 409 `idempotency_in_progress`), `X-Request-ID` on each 500 and 503."""
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.get("responses", {})
+            for status, headers in (
+                ("429", {"Retry-After": {**RETRY_AFTER, "required": True}}),
+                ("500", {"X-Request-ID": {**REQUEST_ID, "required": True}}),
+                (
+                    "503",
+                    {
+                        "Retry-After": {**RETRY_AFTER, "required": True},
+                        "X-Request-ID": {**REQUEST_ID, "required": True},
+                    },
+                ),
+            ):
+                if status in responses:
+                    responses[status].setdefault("headers", {}).update(headers)
+            conflict = responses.get("409")
+            if conflict and "`idempotency_in_progress`" in conflict.get("description", ""):
+                conflict.setdefault("headers", {})["Retry-After"] = {
+                    **RETRY_AFTER,
+                    "required": False,
+                    "description": "On `idempotency_in_progress`: seconds to wait before "
+                    "retrying the create with the same key.",
+                }
+    return result

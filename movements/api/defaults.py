@@ -34,22 +34,16 @@ ERROR_DESCRIPTIONS = {
     503: "The database (or another dependency) is unavailable: retry after `Retry-After` "
     "seconds; `details.request_id` names the request.",
 }
-# The `code` values each status may carry (stable, machine-readable).
+# The `code` values each status may carry (stable, machine-readable), unless the operation
+# names its own (``problem_responses(error_codes=...)``).
 ERROR_CODES = {
-    400: ("invalid", "parse_error", "invalid_template"),
+    400: ("invalid", "parse_error"),
     401: ("not_authenticated", "authentication_failed"),
     403: ("permission_denied",),
     404: ("not_found",),
-    409: (
-        "conflict",
-        "illegal_state_transition",
-        "stale_state",
-        "reservation_refused",
-        "destination_not_allowlisted",
-        "two_person_required",
-        "acknowledgement_required",
-        "idempotency_in_progress",
-    ),
+    # An action on a movement: refused in its state (or by a rule: window closed, nodes in
+    # flight), or someone else changed it first.
+    409: ("conflict", "stale_state", "illegal_state_transition"),
     413: ("payload_too_large",),
     415: ("unsupported_media_type",),
     422: ("idempotency_key_reused",),
@@ -63,17 +57,25 @@ ERROR_CODES = {
 EVERY_OPERATION = (400, 401, 403, 404, 413, 429, 500, 503)
 
 
-def problem_responses(*codes: int, descriptions: dict[int, str] | None = None) -> dict:
+def problem_responses(
+    *codes: int,
+    descriptions: dict[int, str] | None = None,
+    error_codes: dict[int, tuple[str, ...]] | None = None,
+) -> dict:
     """The error responses of an operation, as `application/problem+json`: those it names and
-    those every operation may give (``EVERY_OPERATION``), each with the codes it carries."""
+    those every operation may give (``EVERY_OPERATION``), each with the codes it carries
+    (``error_codes`` for those particular to the operation)."""
     descriptions = {**ERROR_DESCRIPTIONS, **(descriptions or {})}
+    # An operation without a JSON body (no 415) never parses one: its 400 is `invalid` only.
+    bodyless = {} if 415 in codes else {400: ("invalid",)}
+    error_codes = {**ERROR_CODES, **bodyless, **(error_codes or {})}
     return {
         (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(
             ProblemSerializer,
             description=f"{descriptions[code]} Codes: "
-            + ", ".join(f"`{name}`" for name in ERROR_CODES[code])
+            + ", ".join(f"`{name}`" for name in error_codes[code])
             + ".",
-            examples=[examples.problem(code)],
+            examples=[examples.problem(code, error_codes[code][0])],
         )
         for code in sorted({*codes, *EVERY_OPERATION})
     }

@@ -1,8 +1,8 @@
 """The one exception handler of the API: every refusal becomes an RFC 9457 problem
 (``application/problem+json``): ``type``, ``title``, ``status``, ``detail``, plus two
 extension members, ``code`` (stable, machine-readable) and ``details`` (field errors or facts
-about the refusal), with the status the domain error carries (and ``message``, the same text as
-``detail``, for clients of the v1.0 shape).
+about the refusal), with the status the domain error carries. ``detail`` is said once: the v1.0
+shape's ``message`` copy of it is gone since contract 1.2.
 
 Domain errors (``qtg.core.errors``) keep their code and details: 400 invalid input,
 403 not permitted (four-eyes included), 404 not found, 409 an illegal or refused transition
@@ -58,8 +58,6 @@ def error_body(
         "detail": message,
         "code": code,
         "details": details or {},
-        # The v1.0 error shape's name for ``detail``, kept for clients written against it.
-        "message": message,
     }
 
 

@@ -1,5 +1,6 @@
 """Page-number pagination whose parameters mean what the schema says: a page size outside
-1..200 (or not a number) is a 400, not silently the default."""
+1..200 (or not a number) is a 400, not silently the default; and the cursor paging over
+movements' changes."""
 
 import re
 import uuid
@@ -15,9 +16,13 @@ from rest_framework.utils.urls import replace_query_param
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class MovementPagination(PageNumberPagination):
+class PagePagination(PageNumberPagination):
+    """Pages by number (``page``, ``page_size``), its schema with this API's own examples
+    (``example_path``: the list it pages) and every member it always sends required."""
+
     page_size_query_param = "page_size"
     max_page_size = 200
+    example_path = "/api/v1/movements/"
 
     def get_page_size(self, request):
         raw = request.query_params.get(self.page_size_query_param)
@@ -37,17 +42,29 @@ class MovementPagination(PageNumberPagination):
         return parameters
 
     def get_paginated_response_schema(self, schema):
+        paged = super().get_paginated_response_schema(schema)
+        # Every page carries all four (next and previous null at either end).
+        paged["required"] = ["count", "next", "previous", "results"]
+        # This API's own examples, not DRF's accounts/ boilerplate.
+        base = f"https://qtg.example.com{self.example_path}"
+        properties = paged["properties"]
+        properties["count"]["example"] = 137
+        properties["count"]["description"] = "How many match, over all pages."
+        properties["next"]["example"] = f"{base}?page=3"
+        properties["next"]["description"] = "The next page's URL; null on the last page."
+        properties["previous"]["example"] = f"{base}?page=1"
+        properties["previous"]["description"] = "The previous page's URL; null on the first."
+        return paged
+
+
+class MovementPagination(PagePagination):
+    def get_paginated_response_schema(self, schema):
         # One schema for both ways of paging: page numbers give count/next/previous, a
         # cursor (updated_after) gives next/next_cursor.
         paged = super().get_paginated_response_schema(schema)
-        paged["required"] = ["results"]
-        # This API's own examples, not DRF's accounts/ boilerplate.
+        paged["required"] = ["next", "results"]
         properties = paged["properties"]
-        properties["count"]["example"] = 137
         properties["count"]["description"] = "Page paging only: how many movements match."
-        properties["next"]["example"] = "https://qtg.example.com/api/v1/movements/?page=3"
-        properties["next"]["description"] = "The next page's URL; null on the last page."
-        properties["previous"]["example"] = "https://qtg.example.com/api/v1/movements/?page=1"
         properties["previous"]["description"] = "Page paging only: the previous page's URL."
         paged["properties"]["next_cursor"] = {
             "type": "string",

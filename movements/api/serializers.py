@@ -48,13 +48,8 @@ MAX_REASON_LENGTH = 2000
 # --- Errors ----------------------------------------------------------------------------------
 
 
-@extend_schema_field({"type": "string", "deprecated": True})
-class DeprecatedCharField(serializers.CharField):
-    """A string member kept for older clients, published as deprecated."""
-
-
 class ProblemSerializer(serializers.Serializer):
-    """An RFC 9457 problem (`application/problem+json`): the one shape of every 4xx."""
+    """An RFC 9457 problem (`application/problem+json`): the one shape of every 4xx and 5xx."""
 
     type = serializers.CharField(
         help_text="URI reference naming the problem type: `urn:qtg:problem:<code>`."
@@ -67,10 +62,6 @@ class ProblemSerializer(serializers.Serializer):
         child=serializers.JSONField(),
         help_text="Field errors (field name -> list of messages) or facts about the refusal, "
         "e.g. `current_state` on a 409.",
-    )
-    message = DeprecatedCharField(
-        help_text="Deprecated since contract 1.2 (read `detail`): the same text as `detail`, "
-        "the v1.0 error shape's name for it; kept for clients written against 1.0."
     )
 
 

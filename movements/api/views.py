@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from access.models import ApiToken
 from access.services import DECIDE
 from movements.api import examples
-from movements.api.defaults import APIDefaults, problem_responses
+from movements.api.defaults import ERROR_CODES, APIDefaults, problem_responses
 from movements.api.fields import IDEMPOTENCY_KEY_PATTERN, ecma, idempotency_key_value
 from movements.api.filters import MovementFilter
 from movements.api.pagination import MovementCursorPagination, MovementPagination
@@ -115,7 +115,7 @@ class VenueListView(APIDefaults, generics.GenericAPIView):
         "and the assets of each. A chain address (0x..., base58) is a valid destination "
         "too; whether money may go there is the address book's question.",
         responses={200: VenueSerializer(many=True), **problem_responses(400, 401)},
-        examples=[examples.VENUES],
+        examples=examples.VENUES,
     )
     def get(self, request: Request) -> Response:
         return Response(VenueSerializer(venue_details(), many=True).data)
@@ -254,8 +254,9 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 422,
                 descriptions={
                     409: "A request with this Idempotency-Key is still being processed: "
-                    "retry it shortly."
+                    "retry it after `Retry-After` seconds."
                 },
+                error_codes={409: ("idempotency_in_progress",)},
             ),
         },
         examples=[examples.CREATE_REQUEST, examples.MOVEMENT],
@@ -376,7 +377,18 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
         examples=[examples.CANCEL_REQUEST, examples.MOVEMENT],
         request=CancelInputSerializer,
         parameters=[MOVEMENT_ID],
-        responses={200: MovementSerializer, **problem_responses(400, 401, 403, 404, 409, 415)},
+        responses={
+            200: MovementSerializer,
+            **problem_responses(
+                400,
+                401,
+                403,
+                404,
+                409,
+                415,
+                error_codes={409: (*ERROR_CODES[409], "acknowledgement_required")},
+            ),
+        },
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:

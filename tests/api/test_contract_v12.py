@@ -50,8 +50,14 @@ def test_always_present_fields_are_required(schema, component, fields):
     assert fields <= set(schema["components"]["schemas"][component]["required"])
 
 
-def test_the_deprecated_message_member_is_marked_deprecated(schema):
-    assert schema["components"]["schemas"]["Problem"]["properties"]["message"]["deprecated"]
+def test_a_problem_says_its_detail_once(schema, integration_client):
+    problem = schema["components"]["schemas"]["Problem"]
+    assert "message" not in problem["properties"]
+    assert set(problem["required"]) == set(problem["properties"])
+
+    body = assert_error(integration_client.get(f"{MOVEMENTS}?state=FAILED"), 400, "invalid")
+
+    assert "message" not in body
 
 
 def test_idempotency_in_progress_says_when_to_retry(integration_client, monkeypatch):

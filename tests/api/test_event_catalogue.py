@@ -174,6 +174,20 @@ def test_an_unknown_event_type_is_still_refused(integration_client):
     assert "event_types" in body["details"]
 
 
+def test_a_client_cannot_subscribe_to_the_operators_audit_checkpoints(integration_client):
+    # They go to operators' subscriptions only: accepting the type would promise a delivery
+    # that never comes.
+    response = post_json(
+        integration_client,
+        WEBHOOKS,
+        {"url": "https://hooks.example.com/all", "event_types": ["audit.checkpoint"]},
+    )
+
+    body = assert_error(response, 400, "invalid")
+    assert "event_types" in body["details"]
+    assert not Subscription.objects.exists()
+
+
 @pytest.mark.django_db
 def test_the_schema_catalogues_every_event_in_its_webhooks_section(client):
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
@@ -210,8 +224,25 @@ def _gated() -> dict:
     }
 
 
-def test_the_readme_catalogues_every_event_type():
+def test_the_readme_catalogues_every_event_type_with_its_context():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
-    for event_type in EVENT_TYPES:
-        assert f"| `{event_type}` |" in readme, event_type
+    for event_type, entry in EVENT_CATALOGUE.items():
+        [row] = [line for line in readme.splitlines() if line.startswith(f"| `{event_type}` |")]
+        for field in entry["context"]:
+            assert f"`{field}`" in row, (event_type, field)
+
+
+def test_the_readme_integrator_section_documents_discovery_events_and_withdraw():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## The integration API", 1)[1].split("\n## ", 1)[0]
+
+    for documented in (
+        "GET /api/v1/templates/",
+        "GET /api/v1/venues/",
+        "POST /api/v1/movements/{id}/withdraw/",
+        "GET /api/v1/events/",
+        "webhooks",
+        '"event_types": ["*"]',
+    ):
+        assert documented in section, documented

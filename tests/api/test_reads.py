@@ -55,16 +55,7 @@ def test_every_read_needs_a_token(client, url):
 def test_a_bad_token_is_a_401(db, client, header):
     response = client.get(MOVEMENTS, HTTP_AUTHORIZATION=header)
 
-    assert response.status_code == 401
-    assert set(response.json()) == {
-        "type",
-        "title",
-        "status",
-        "detail",
-        "code",
-        "details",
-        "message",
-    }
+    assert_error(response, 401)
 
 
 def test_an_inactive_users_token_is_refused(integration):

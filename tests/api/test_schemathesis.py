@@ -1,11 +1,14 @@
 """Property-based conformance: Schemathesis generates requests from the live OpenAPI schema
-for every operation, valid and invalid, and checks every response: no 5xx, only documented
-status codes, bodies that match their schema, valid data accepted, invalid data refused.
+for every operation, valid and invalid, and checks every response with every built-in check:
+no 5xx (``not_a_server_error``), only documented status codes (``status_code_conformance``),
+documented content types and headers, bodies that match their schema, valid data accepted,
+invalid data refused. The test asserts those checks ran, on every operation of the contract.
 
 Deterministic (derandomized, no example database) and bounded, so it runs in CI in seconds.
 """
 
 import re
+from collections import Counter
 
 import pytest
 import schemathesis
@@ -23,6 +26,15 @@ from tests.api.test_schema import OPERATIONS
 from tests.conftest import ALL_MOVEMENT_PERMS, make_user
 
 KNOWN_TEMPLATES = ("cex_to_cex", "cex_to_cex_gated")
+# Checks that must run on every response (Schemathesis enables every built-in by default).
+CHECKS_ON = {
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_headers_conformance",
+    "response_schema_conformance",
+    "problem_code_is_documented",
+}
 POSITIVE_EXAMPLES = 25
 NEGATIVE_EXAMPLES = 15
 SETTINGS = dict(
@@ -93,6 +105,20 @@ def load_schema(app):
     return schema
 
 
+def problem_code_is_documented(ctx, response, case):
+    """A problem's `code` is one the operation documents for that status ("Codes: ...")."""
+    if response.status_code < 400:
+        return None
+    code = response.json()["code"]
+    documented = case.operation.definition.raw["responses"][str(response.status_code)]
+    if f"`{code}`" not in documented["description"]:
+        raise AssertionError(
+            f"{case.operation.label} answered {response.status_code} `{code}`, which its "
+            f"schema does not list: {documented['description']}"
+        )
+    return None
+
+
 @pytest.mark.django_db
 def test_every_operation_conforms_to_the_schema_for_generated_input(existing, wsgi_app):
     given_user = make_user("fuzzer", *ALL_MOVEMENT_PERMS)
@@ -106,8 +132,17 @@ def test_every_operation_conforms_to_the_schema_for_generated_input(existing, ws
     schema = load_schema(wsgi_app)
     operations = [result.ok() for result in schema.get_all_operations()]
     # Every operation of the contract (test_schema.OPERATIONS), none left out.
-    assert len(operations) == len(OPERATIONS)
+    assert {(op.path, op.method.lower()) for op in operations} == set(OPERATIONS)
     cases = 0
+    checks_run: set[str] = set()
+    statuses: Counter = Counter()
+    called: set[tuple[str, str]] = set()
+
+    @schema.hook("after_validate")
+    def record(context, case, response, results):
+        checks_run.update(result.name for result in results)
+        statuses[response.status_code] += 1
+        called.add((case.operation.path, case.operation.method.lower()))
 
     for operation in operations:
         ids = []
@@ -134,9 +169,15 @@ def test_every_operation_conforms_to_the_schema_for_generated_input(existing, ws
             def check(case):
                 nonlocal cases
                 cases += 1
-                case.call_and_validate(headers=auth)
+                case.call_and_validate(headers=auth, additional_checks=[problem_code_is_documented])
 
             check()
 
-    print(f"schemathesis: {cases} generated cases over {len(operations)} operations")
+    print(
+        f"schemathesis: {cases} generated cases over {len(operations)} operations, "
+        f"statuses {dict(sorted(statuses.items()))}, checks {sorted(checks_run)}"
+    )
     assert cases >= 600
+    assert called == set(OPERATIONS)
+    assert CHECKS_ON <= checks_run
+    assert not [status for status in statuses if status >= 500]

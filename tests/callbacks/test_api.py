@@ -5,13 +5,14 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from django.core.cache import cache
 from django.db import transaction
 from standardwebhooks import Webhook
 
 from callbacks.models import Delivery, DeliveryStatus, Subscription
 from movements.services import movement_approve
 from qtg.core.actors import Actor
-from tests.api.conftest import client_for, post_json
+from tests.api.conftest import client_for, post_create, post_json, token_for
 from tests.conftest import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -202,3 +203,45 @@ def test_the_docs_example_verifies_a_real_webhook_and_refuses_a_tampered_one(
     # request_created and approval_pending came first (no subscription asked for them).
     assert example.seen == {got.json["data"]["id"]: 3}
     assert example.receive_webhook(got.body.replace(b"APPROVED", b"FAILED"), got.headers) == 400
+
+
+def load_docs_example():
+    spec = importlib.util.spec_from_file_location("integrator_example", DOCS_EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_docs_example_discovers_withdraws_and_waits_as_retry_after_says(
+    live_server, bot, monkeypatch, settings
+):
+    monkeypatch.setenv("QTG_URL", live_server.url)
+    monkeypatch.setenv("QTG_TOKEN", token_for(bot))
+    example = load_docs_example()
+    movement = post_create(client_for(bot)).json()
+
+    discovered = example.discover()
+    withdrawn = example.withdraw(movement["id"], "wrong amount")
+    refused = example.withdraw(movement["id"], "wrong amount")
+
+    assert "cex_to_cex" in discovered["templates"]
+    assert "sandbox-exchange-b" in discovered["venues"]
+    assert (withdrawn["request_state"], withdrawn["withdrawn_by"]) == ("REJECTED", "bot")
+    assert (refused["status"], refused["details"]["current_state"]) == (409, "REJECTED")
+
+    # Throttled, it waits as long as Retry-After says, then its retry goes through.
+    settings.QTG_API_THROTTLE_USER = "1/minute"
+    cache.clear()
+    waited = []
+
+    def sleep(seconds):
+        waited.append(seconds)
+        cache.clear()  # the throttle's window has passed
+
+    monkeypatch.setattr(example.time, "sleep", sleep)
+    example.call("GET", "/api/v1/templates/")
+
+    assert example.call("GET", "/api/v1/venues/").status_code == 200
+    assert len(waited) == 1 and waited[0] >= 1
+    cache.clear()
