@@ -26,9 +26,6 @@ RULE_MODULES = (
     "movements/services/execution/outcomes.py",
     "venues/solana/fate.py",
 )
-# Local mode starts the stand-ins from these product modules today (issue 27 item 5 moves that
-# to one entry outside the product); the list only shrinks.
-KNOWN_STANDIN_IMPORTERS = {"venues/cex/local.py", "venues/evm/local.py", "venues/cctp/local.py"}
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -99,16 +96,9 @@ def standin_importers() -> set[str]:
     }
 
 
-def test_no_new_product_module_imports_the_standins():
-    assert standin_importers() - KNOWN_STANDIN_IMPORTERS == set()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="venues/{cex,evm,cctp}/local.py start the stand-ins themselves (issue 27 item 5: "
-    "one entry outside the product starts them); not moved in this pass",
-)
 def test_no_product_module_imports_the_standins():
+    """Local mode starts them from their own entry (``python -m standins.local``), which plugs
+    them into movements' port for local services; the product never names them."""
     assert standin_importers() == set()
 
 
