@@ -34,7 +34,7 @@ from movements.services.attention import (
     attention_snooze,
     attention_stop_watching,
 )
-from movements.services.lifecycle import UNKNOWN_OUTCOMES
+from movements.services.interventions import UNKNOWN_OUTCOMES
 from movements.services.overrides import override_propose
 from qtg.core.actors import Actor
 from qtg.core.policies import Refusal
