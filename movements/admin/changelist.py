@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
-from movements import policies
+from movements import policies, selectors
 from movements.admin.actions import ReasonForm, Situation, available_actions
 from movements.admin.filters import (
     AssetFilter,
@@ -119,6 +119,8 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
 
     def get_list_display(self, request):
         user = request.user
+        # Read once for the page: the approve action of every row asks for them.
+        groups = tuple(selectors.actor_groups(Actor.for_user(user)))
 
         @admin.display(description="actions")
         def row_actions(movement):
@@ -134,7 +136,7 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
                         self._action_url(movement, a.name),
                         a.label,
                     )
-                    for a in available_actions(Situation.of(movement, nodes, user))
+                    for a in available_actions(Situation.of(movement, nodes, user, groups=groups))
                 ),
             )
 
@@ -157,7 +159,7 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
     @admin.display(description="approvals")
     def approval_progress(self, obj) -> str:
         """n of m approvals, and the groups still missing (the policy's quorum)."""
-        approvals = policies.valid_approvals(obj)
+        approvals = selectors.valid_approvals(obj)
         text = f"{len(approvals)} of {obj.approvals_required} approvals"
         if missing := policies.missing_groups(obj, approvals):
             text += f"; still needs someone from {', '.join(missing)}"
@@ -261,10 +263,17 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             .order_by("-created_at")
         )
         actor, now = Actor.for_user(request.user), timezone.now()
+        groups = selectors.actor_groups(actor)
         eligible, skipped = [], []
         for row in rows:
             if kind == "approve":
-                refusal = policies.approve_refusal(actor=actor, movement=row, now=now)
+                refusal = policies.approve_refusal(
+                    actor=actor,
+                    movement=row,
+                    now=now,
+                    approvals=selectors.valid_approvals(row),
+                    approver_groups=groups,
+                )
             else:
                 refusal = policies.reject_refusal(actor=actor, movement=row)
             if refusal is None:

@@ -26,10 +26,9 @@ from movements.policies import (
     permission_refusal,
     quorum_met,
     reject_refusal,
-    valid_approvals,
     withdraw_refusal,
 )
-from movements.selectors import current_nodes
+from movements.selectors import actor_groups, current_nodes, valid_approvals
 from movements.services.approvals import (
     approval_add,
     approval_detail,
@@ -79,7 +78,15 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     request = lock_request(request)
     refresh_requirement(request, actor=actor)
     approvals: list[MovementApproval] = valid_approvals(request)
-    enforce(approve_refusal(actor=actor, movement=request, now=timezone.now(), approvals=approvals))
+    enforce(
+        approve_refusal(
+            actor=actor,
+            movement=request,
+            now=timezone.now(),
+            approvals=approvals,
+            approver_groups=actor_groups(actor),
+        )
+    )
     approval = approval_add(request=request, actor=actor, approvals=approvals)
     detail = approval_detail(request, approval, approvals)
     if not quorum_met(request, approvals):
