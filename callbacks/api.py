@@ -10,8 +10,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
-from django.db import transaction
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiCallback,
@@ -34,8 +32,9 @@ from callbacks.services import (
     PAYLOAD_VERSION,
     delivery_redeliver,
     events_publish,
-    subscription_record,
+    subscription_deactivate,
     subscription_rotate_secret,
+    subscription_save,
     subscription_send_test,
 )
 from movements import public
@@ -370,12 +369,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
         responses={204: None, **problem_responses(400, 401, 404)},
     )
     def destroy(self, request: Request, pk: str) -> Response:
-        subscription = self.get_object()
-        subscription.is_active = False
-        subscription.deleted_at = timezone.now()
-        with transaction.atomic():
-            subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
-            subscription_record(subscription, action="deleted", actor=Actor.for_user(request.user))
+        subscription_deactivate(subscription=self.get_object(), actor=Actor.for_user(request.user))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
@@ -467,10 +461,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
             subscription.full_clean(exclude=["owner"])
         except DjangoValidationError as exc:
             raise _validation_error(exc) from None
-        with transaction.atomic():
-            action = "created" if subscription._state.adding else "changed"
-            subscription.save()
-            subscription_record(subscription, action=action, actor=actor)
+        subscription_save(subscription=subscription, actor=actor)
 
     @staticmethod
     def _delivery(pk: Any) -> dict[str, Any]:

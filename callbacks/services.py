@@ -625,16 +625,37 @@ def subscription_record(subscription: Subscription, *, action: str, actor: Any) 
 
 
 @transaction.atomic
+def subscription_save(*, subscription: Subscription, actor: Any) -> Subscription:
+    """Create or change a subscription (validated by the caller's form or serializer), with
+    its audit record in the same transaction."""
+    action = "created" if subscription._state.adding else "changed"
+    subscription.save()
+    subscription_record(subscription, action=action, actor=actor)
+    return subscription
+
+
+@transaction.atomic
+def subscription_deactivate(*, subscription: Subscription, actor: Any) -> Subscription:
+    """Delete a subscription as its owner sees it: inactive from now (nothing more is sent to
+    it), the row kept for the deliveries and the audit trail that name it."""
+    subscription.is_active = False
+    subscription.deleted_at = timezone.now()
+    subscription.save(update_fields=["is_active", "deleted_at", "updated_at"])
+    subscription_record(subscription, action="deleted", actor=actor)
+    return subscription
+
+
+@transaction.atomic
 def subscription_rotate_secret(
-    *, subscription: Subscription, overlap: timedelta | None = None
+    *, subscription: Subscription, overlap: timedelta | None = None, secret: str = ""
 ) -> str:
-    """Give the subscription a new secret and return it (the only time it is shown); the
-    old one keeps signing next to it for ``overlap`` (default
-    QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap."""
+    """Give the subscription a new secret (``secret`` when the operator chose one) and return
+    it (the only time it is shown); the old one keeps signing next to it for ``overlap``
+    (default QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap."""
     if overlap is None:
         overlap = timedelta(seconds=float(_setting("QTG_WEBHOOK_SECRET_OVERLAP_SECONDS")))
     subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
-    secret = signing.new_secret()
+    secret = secret or signing.new_secret()
     subscription.previous_secret = subscription.secret if overlap > timedelta(0) else ""
     subscription.previous_secret_expires_at = (
         timezone.now() + overlap if overlap > timedelta(0) else None
