@@ -381,3 +381,37 @@ def test_the_reaper_is_recorded_with_the_worker_process_that_ran_it(make_movemen
 
     reaped = MovementEvent.objects.filter(request=request).order_by("id").last()
     assert reaped.actor_id == f"lease-reaper@worker:{socket.gethostname()}:{os.getpid()}"
+
+
+def test_a_submits_answer_is_written_before_the_next_node_of_a_full_batch_is_prepared(
+    make_movement, settings
+):
+    # A backlog (the claim came back full) holds the other results for one write; a submit's
+    # answer is never held: a worker that died holding it would leave its node UNKNOWN.
+    settings.QTG_RESULT_WRITE_SECONDS = 3600
+    for _ in range(3):
+        make_movement(approve=True)
+    claims = execution.claim_ready_nodes(owner="w", limit=3)
+    ids = [claim.node_id for claim in claims]
+    seen = []
+    for claim in claims[1:]:
+        executor = type(claim.executor)()
+        prepare = executor.prepare
+
+        def traced_prepare(ctx, prepare=prepare):
+            states = MovementRequestNode.objects.filter(pk__in=ids).values_list(
+                "node_state", flat=True
+            )
+            seen.append(sorted(states))
+            return prepare(ctx)
+
+        executor.prepare = traced_prepare
+        claim.executor = executor
+
+    execution.run_actions(claims, backlog=True)
+
+    # When the second and the third are prepared, those before them are past their submit.
+    assert seen == [
+        [NodeState.COMPLETED, NodeState.PREPARING, NodeState.PREPARING],
+        [NodeState.COMPLETED, NodeState.COMPLETED, NodeState.PREPARING],
+    ]
