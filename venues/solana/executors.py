@@ -256,12 +256,19 @@ class SolanaTransfer(Executor):
 
 
 def _detail(signature: str, seen: Seen) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "signature": signature,
         "slot": seen.landed_slot,
         "commitment": seen.level,
         "err": seen.err,
     }
+    if seen.seen_at is not None:
+        detail["seen_at"] = seen.seen_at
+    if seen.contradiction is not None:
+        # Not concluded EXPIRED: the endpoints do not all agree (looked at again).
+        detail["endpoints"] = list(seen.endpoints)
+        detail["waiting_for"] = f"every endpoint to agree it never landed ({seen.contradiction})"
+    return detail
 
 
 @register("solana_transfer_observe")
