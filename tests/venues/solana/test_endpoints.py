@@ -194,3 +194,52 @@ def test_endpoints_are_listed_primary_first_with_the_lag_bound(monkeypatch):
     assert chain.endpoint_urls() == [("QTG_A", "http://a"), ("QTG_B", "http://b")]
     assert chain.max_head_lag_slots == 20
     assert parse_chain("solana", {"kind": "solana", "rpc_url_env": "QTG_A"}).rpc_endpoints == ()
+
+
+def test_a_final_transfer_is_not_called_gone_while_another_endpoint_shows_it_or_errs(
+    solana, proxy, tmp_path, settings, monkeypatch, make_movement
+):
+    # Watched after finality; meanwhile the primary's status index loses it. The second
+    # endpoint first errs (no conclusion), then answers with the landing: never a final_reorg.
+    import time
+
+    primary = SolanaRpcProxy(solana.node.url).start()
+    try:
+        list_two_endpoints(
+            solana, tmp_path, settings, monkeypatch, primary=primary.url, second=proxy.url
+        )
+        config = yaml.safe_load(tmp_path.joinpath("chains-two-endpoints.yaml").read_text())
+        config["chains"]["solana"]["post_final_watch"] = 4
+        path = tmp_path / "chains-watched.yaml"
+        path.write_text(yaml.safe_dump(config))
+        monkeypatch.setenv("QTG_CHAINS_CONFIG", str(path))
+        settings.QTG_CHAINS_CONFIG = str(path)
+        movement = transfer(make_movement, asset="SOL", amount="0.5", to=Keypair().pubkey())
+        for _ in range(60):
+            run_workers_once()
+            observe = movement.nodes.get(node_key="transfer_observe")
+            if (observe.result or {}).get("watch_until"):
+                break
+            solana.node.advance(1)
+        [record] = ChainTransaction.objects.filter(movement=movement)
+        assert record.state == "FINALIZED"
+        primary.miss_landing(record.tx_hash)
+        proxy.fail("*")
+        for _ in range(5):
+            run_workers_once()
+            solana.node.advance(1)
+        record.refresh_from_db()
+        movement.refresh_from_db()
+        assert record.state == "FINALIZED"
+        assert movement.request_state == "EXECUTING"
+
+        proxy.fail(None)
+        time.sleep(4)
+        movement = drive(movement, solana.node, max_passes=30)
+    finally:
+        primary.stop()
+
+    assert movement.request_state == "COMPLETED"
+    record.refresh_from_db()
+    assert record.state == "FINALIZED"
+    assert not record.events.filter(to_state="PENDING", evidence__has_key="final_reorg").exists()
