@@ -5,6 +5,10 @@ chains:
   solana:
     kind: solana
     rpc_url_env: QTG_SOLANA_RPC_URL         # the URL is in this env variable (as for EVM)
+    rpc_endpoints: [QTG_SOLANA_RPC_URL_B]   # optional: more endpoints (their env variables),
+                                            # asked before a transaction is concluded EXPIRED
+    max_head_lag_slots: 150                 # optional (150): an endpoint whose slot is more
+                                            # than this behind the highest is lagging
     commitment:
       blockhash: confirmed    # getLatestBlockhash and preflight
       landed: confirmed       # the transfer node completes once its transaction is this deep
@@ -67,10 +71,25 @@ class SolanaChain:
     # Seconds a FINALIZED transaction is still looked at by the observe node before it
     # completes (a finalized signature that vanishes meanwhile: ``final_reorg``).
     post_final_watch: float = 0.0
+    # More endpoints of the chain (env variable names), asked before a conclusion of absence
+    # (EXPIRED): every one not lagging must agree, one that sees the landing means landed.
+    rpc_endpoints: tuple[str, ...] = ()
+    # An endpoint whose processed slot is more than this behind the highest is lagging: its
+    # "no landing" does not count (a landing it does show still does).
+    max_head_lag_slots: int = 150
 
     @property
     def rpc_url(self) -> str:
         return conf.rpc_url(self.name, self.rpc_url_env)
+
+    @property
+    def endpoint_envs(self) -> tuple[str, ...]:
+        """Every endpoint's env variable, the primary (sends, everyday reads) first."""
+        return (self.rpc_url_env, *self.rpc_endpoints)
+
+    def endpoint_urls(self) -> list[tuple[str, str]]:
+        """(env variable, URL) of every endpoint, the primary first."""
+        return [(env, conf.rpc_url(self.name, env)) for env in self.endpoint_envs]
 
     def token(self, asset: str) -> Token:
         try:
@@ -152,7 +171,25 @@ def parse_chain(name: str, entry: dict[str, Any]) -> SolanaChain:
         tokens=tokens,
         accounts=accounts,
         post_final_watch=_watch(name, entry),
+        rpc_endpoints=_endpoints(name, entry, rpc_url_env),
+        max_head_lag_slots=_lag(name, entry),
     )
+
+
+def _endpoints(name: str, entry: dict[str, Any], primary: str) -> tuple[str, ...]:
+    more = entry.get("rpc_endpoints") or []
+    if not isinstance(more, list) or not all(isinstance(v, str) and v for v in more):
+        raise _fail(name, "rpc_endpoints must be a list of environment variable names")
+    if len(set(more) | {primary}) != len(more) + 1:
+        raise _fail(name, "an RPC endpoint is listed twice")
+    return tuple(more)
+
+
+def _lag(name: str, entry: dict[str, Any]) -> int:
+    value = entry.get("max_head_lag_slots", 150)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(name, "max_head_lag_slots must be a whole number of slots >= 0")
+    return value
 
 
 def _watch(name: str, entry: dict[str, Any]) -> float:

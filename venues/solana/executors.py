@@ -256,12 +256,19 @@ class SolanaTransfer(Executor):
 
 
 def _detail(signature: str, seen: Seen) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "signature": signature,
         "slot": seen.landed_slot,
         "commitment": seen.level,
         "err": seen.err,
     }
+    if seen.seen_at is not None:
+        detail["seen_at"] = seen.seen_at
+    if seen.contradiction is not None:
+        # Not concluded EXPIRED: the endpoints do not all agree (looked at again).
+        detail["endpoints"] = list(seen.endpoints)
+        detail["waiting_for"] = f"every endpoint to agree it never landed ({seen.contradiction})"
+    return detail
 
 
 @register("solana_transfer_observe")
@@ -324,9 +331,18 @@ def _final_gone(chain, ctx: ExecutionContext, record, seen: Seen, detail) -> Obs
     answer whose context slot covers the landing slot contradicts finality: QTG's record
     walks back FINALIZED -> PENDING (its ledger entry compensated, append-only), an operator
     is paged (``final_reorg``) and the node goes UNKNOWN, so the movement reaches
-    MANUAL_INTERVENTION with its reservation HELD."""
+    MANUAL_INTERVENTION with its reservation HELD. Where the chain lists several endpoints, a
+    landing at any of them is no vanishing (``read_chain``), and one that errs blocks it."""
     landed = record.block_number
     covered = seen.status_slot is not None and landed is not None and seen.status_slot >= landed
+    if covered and seen.contradiction is not None:
+        # Several endpoints that do not all agree it is gone (one errs, or answers short of
+        # the landing): no conclusion, looked at again.
+        return Observation(
+            ObservedStatus.PENDING,
+            record.tx_hash,
+            {**detail, "final_since": ctx.result.get("final_since")},
+        )
     if not covered:
         return Observation(
             ObservedStatus.PENDING,

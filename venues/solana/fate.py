@@ -11,11 +11,14 @@ matters: a status read *after* the height could miss a landing that happened in 
   calling the blockhash invalid, AND the null status answered at a context slot at or past
   the finalized slot where that height was read: EXPIRED. No block from there on may include
   it, and the status view covers every block up to it: it can never land. A status view that
-  lags (its context slot behind that point) proves nothing: PENDING.
+  lags (its context slot behind that point) proves nothing: PENDING. Where the chain lists
+  several RPC endpoints, every one that is not lagging must agree (``contradiction`` is None:
+  none erred, none answered short of that slot); one that shows the landing makes it landed
+  (``read_chain`` then carries its status).
 - otherwise PENDING: it may still land; re-sending the same bytes is safe (one signature).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from venues.solana.family import SOLANA
@@ -45,6 +48,11 @@ class Seen:
     fee: int | None = None  # lamports paid, once read (confirmed)
     status_slot: int | None = None  # the context slot of the (null) status answer
     final_slot: int | None = None  # the finalized slot, read after ``final_height``
+    # Several endpoints: why they do not all agree that it never landed (None: they do, or
+    # there is only one), each endpoint's answer, and the endpoint whose status is carried.
+    contradiction: str | None = None
+    endpoints: tuple[dict, ...] = field(default=())
+    seen_at: str | None = None
 
 
 def fate(seen: Seen, *, wanted: str) -> Fate:
@@ -58,6 +66,12 @@ def fate(seen: Seen, *, wanted: str) -> Fate:
         and seen.final_slot is not None
         and seen.status_slot >= seen.final_slot
     )
-    if seen.final_height > seen.last_valid_block_height and not seen.blockhash_valid and covered:
+    agreed = seen.contradiction is None
+    if (
+        seen.final_height > seen.last_valid_block_height
+        and not seen.blockhash_valid
+        and covered
+        and agreed
+    ):
         return Fate.EXPIRED
     return Fate.PENDING

@@ -26,6 +26,7 @@ from venues.transactions import (
 )
 
 from .config import Account, SolanaChain, Token
+from .endpoints import absence_cross_check
 from .fate import Fate, Seen, fate
 from .rpc import SolanaRpcClient
 from .transactions import SignedTransfer, message_base64, transfer_message
@@ -153,7 +154,9 @@ def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransactio
     then the finalized slot (read after it, so at or past the slot of that height), the
     blockhash's validity, and the status once more with its answer's context slot. Expiry is
     concluded only when that second null status covers the finalized slot: a status view
-    that lags behind a landing is never mistaken for an expiry."""
+    that lags behind a landing is never mistaken for an expiry. Where the chain lists several
+    endpoints, every one is then asked (``endpoints.absence_cross_check``): a landing at any
+    of them is read as landed, and a disagreement is carried in ``Seen.contradiction``."""
     status = rpc.status(record.tx_hash)
     last_valid = int(record.unsigned["last_valid_block_height"])
     if status is None:
@@ -162,6 +165,25 @@ def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransactio
         final_slot = rpc.slot(final)
         valid = rpc.blockhash_valid(record.unsigned["blockhash"], final)
         status, status_slot = rpc.status_at(record.tx_hash)
+        if status is None and chain.rpc_endpoints:
+            # Several endpoints: none may show it, each not lagging must cover that slot.
+            check = absence_cross_check(chain, record.tx_hash, decisive_slot=final_slot)
+            if check.landing is None:
+                return Seen(
+                    None,
+                    None,
+                    None,
+                    final_height,
+                    valid,
+                    last_valid,
+                    status_slot=status_slot,
+                    final_slot=final_slot,
+                    contradiction=check.contradiction,
+                    endpoints=tuple(check.answers),
+                )
+            # A landing seen at any endpoint: landed, read through that endpoint.
+            status, rpc = check.landing, check.seen_by
+            return _landed(rpc, record, status, last_valid, check.seen_at, check.answers)
         if status is None:
             return Seen(
                 None,
@@ -173,13 +195,28 @@ def read_chain(rpc: SolanaRpcClient, chain: SolanaChain, record: ChainTransactio
                 status_slot=status_slot,
                 final_slot=final_slot,
             )
+    return _landed(rpc, record, status, last_valid)
+
+
+def _landed(rpc, record, status, last_valid, seen_at=None, answers=()) -> Seen:
     err = None if status.err is None else str(status.err)
     level = _level(status)
     # The fee is money too: read once, when the transaction is deep enough to be fetched.
     fee = None
     if record.fee_paid is None and level != "processed":
         fee = rpc.fee(record.tx_hash)
-    return Seen(status.slot, level, err, 0, True, last_valid, status.confirmations, fee)
+    return Seen(
+        status.slot,
+        level,
+        err,
+        0,
+        True,
+        last_valid,
+        status.confirmations,
+        fee,
+        endpoints=tuple(answers),
+        seen_at=seen_at,
+    )
 
 
 def _level(status) -> str:
@@ -202,6 +239,7 @@ def record_seen(record: ChainTransaction, seen: Seen, *, final: str) -> ChainTra
         "last_valid_block_height": seen.last_valid_block_height,
         "status_context_slot": seen.status_slot,
         "final_slot": seen.final_slot,
+        **_endpoint_evidence(seen),
     }
     if seen.landed_slot is None:
         if record.state == S.CONFIRMED:
@@ -253,8 +291,21 @@ def mark_expired(record: ChainTransaction, seen: Seen) -> ChainTransaction:
         "blockhash_valid": seen.blockhash_valid,
         "status": None,
         "status_context_slot": seen.status_slot,
+        **_endpoint_evidence(seen),
     }
     return _move(record, S.EXPIRED, evidence)
+
+
+def _endpoint_evidence(seen: Seen) -> dict[str, Any]:
+    """Each endpoint's answer, when the chain lists several and they were asked."""
+    if not seen.endpoints:
+        return {}
+    evidence: dict[str, Any] = {"endpoints": list(seen.endpoints)}
+    if seen.contradiction is not None:
+        evidence["contradiction"] = seen.contradiction
+    if seen.seen_at is not None:
+        evidence["seen_at"] = seen.seen_at
+    return evidence
 
 
 def mark_failed(record: ChainTransaction, seen: Seen) -> ChainTransaction:

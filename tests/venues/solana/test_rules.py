@@ -14,6 +14,7 @@ from solders.keypair import Keypair
 
 from venues.solana.amounts import AmountError, from_base_units, to_base_units
 from venues.solana.config import Token, parse_chain
+from venues.solana.endpoints import judge
 from venues.solana.fate import COMMITMENTS, Fate, Seen, fate
 from venues.solana.keys import KeypairError, keypair_from_secret
 from venues.solana.signing import SolanaKeypairSigner
@@ -30,9 +31,10 @@ levels = st.sampled_from(COMMITMENTS)
     status_slot=st.one_of(st.none(), st.integers(0, 20_000)),
     final_slot=st.one_of(st.none(), st.integers(0, 20_000)),
     wanted=levels,
+    contradiction=st.one_of(st.none(), st.just("QTG_B did not answer")),
 )
 def test_a_transaction_not_in_any_block_is_expired_only_when_height_node_and_status_view_agree(
-    final_height, last_valid, valid, status_slot, final_slot, wanted
+    final_height, last_valid, valid, status_slot, final_slot, wanted, contradiction
 ):
     seen = Seen(
         None,
@@ -43,14 +45,91 @@ def test_a_transaction_not_in_any_block_is_expired_only_when_height_node_and_sta
         last_valid,
         status_slot=status_slot,
         final_slot=final_slot,
+        contradiction=contradiction,
     )
 
     expired = fate(seen, wanted=wanted) == Fate.EXPIRED
 
     # The null status must be answered at (or past) the finalized slot where the height was
-    # read: a lagging status view proves nothing.
+    # read: a lagging status view proves nothing; nor does it while the chain's other
+    # endpoints do not all agree.
     covered = status_slot is not None and final_slot is not None and status_slot >= final_slot
-    assert expired == (final_height > last_valid and not valid and covered)
+    agreed = contradiction is None
+    assert expired == (final_height > last_valid and not valid and covered and agreed)
+
+
+def _answer(endpoint, slot, status=None, context=None, error=None):
+    if error:
+        return {"endpoint": endpoint, "error": error}
+    answer = {"endpoint": endpoint, "slot": slot, "status": status}
+    answer["status_context_slot"] = slot if context is None else context
+    return answer
+
+
+LANDED = {"slot": 990, "err": None, "confirmations": 3}
+
+
+@pytest.mark.parametrize(
+    ("answers", "landing", "contradiction"),
+    [
+        ([_answer("A", 1000), _answer("B", 1001)], None, None),
+        ([_answer("A", 1000), _answer("B", 1001, LANDED)], 1, None),
+        ([_answer("A", 1000), _answer("B", 0, error="Node is unhealthy")], None, "B did not"),
+        ([_answer("A", 1000), _answer("B", 700)], None, None),  # B lags: ignored
+        ([_answer("A", 700), _answer("B", 1000)], None, "primary endpoint is lagging"),
+        ([_answer("A", 1000), _answer("B", 1000, context=900)], None, "short of the decisive"),
+        ([_answer("A", 1000), _answer("B", 700, LANDED)], 1, None),  # lagging, still landed
+    ],
+    ids=["agree", "landed-elsewhere", "errs", "lags", "primary-lags", "short", "lag-sees-it"],
+)
+def test_every_endpoint_not_lagging_must_agree_it_never_landed(answers, landing, contradiction):
+    found, why = judge(answers, decisive_slot=950, max_lag=50)
+    assert found == landing
+    if contradiction is None:
+        assert why is None
+    else:
+        assert contradiction in why
+
+
+answers_st = st.lists(
+    st.fixed_dictionaries(
+        {
+            "slot": st.integers(0, 2000),
+            "context_back": st.integers(0, 100),
+            "landed": st.booleans(),
+            "error": st.booleans(),
+        }
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(answers=answers_st, decisive=st.integers(0, 2000), max_lag=st.integers(0, 200))
+def test_a_landing_at_any_endpoint_wins_and_an_error_always_blocks_absence(
+    answers, decisive, max_lag
+):
+    built = [
+        _answer(
+            f"E{i}",
+            a["slot"],
+            LANDED if a["landed"] else None,
+            a["slot"] - a["context_back"],
+            "down" if a["error"] else None,
+        )
+        for i, a in enumerate(answers)
+    ]
+    landing, why = judge(built, decisive_slot=decisive, max_lag=max_lag)
+    shown = [i for i, a in enumerate(answers) if a["landed"] and not a["error"]]
+    # Never "no landing" while any endpoint that answers shows one.
+    assert landing == (shown[0] if shown else None)
+    # Absence is agreed only when no endpoint errs (or every erring one is outweighed by a
+    # landing, which is no absence) and every endpoint not lagging covers the decisive slot.
+    if landing is None and any(a["error"] for a in answers):
+        assert why is not None
+    if why is None and landing is None:
+        for answer in built:
+            assert answer["lagging"] or answer["status_context_slot"] >= decisive
 
 
 @pytest.mark.parametrize(
