@@ -8,10 +8,10 @@
   venues (each chain's RPC endpoint answering with its head, each account's credentials
   present). Take the instance out of rotation while this fails.
 
-Every check of ``/health/ready`` runs at once, in a thread of its own, and the answer comes
-within ``QTG_HEALTH_BUDGET_SECONDS`` (0.8 s: the whole answer within 1 s) whatever happens: a check that has not answered by
-then fails as "no answer within 1.0s" (its thread is left to finish on its own). JSON; 503
-naming each failing check.
+Every check of ``/health/ready`` runs at once, in a thread of its own, and the checks get
+``QTG_HEALTH_BUDGET_SECONDS`` (0.8 s, so that the whole answer comes within 1 s) whatever
+happens: a check that has not answered by then fails as "no answer within 0.8s" (its thread
+is left to finish on its own). JSON; 503 naming each failing check.
 """
 
 from __future__ import annotations

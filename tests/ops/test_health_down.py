@@ -53,8 +53,10 @@ def web_without_dependencies(request, tmp_path):
     )
     process = subprocess.Popen(
         # no --control-socket: the settings file puts it in the var directory
-        ["gunicorn", "qtg.wsgi:application", "--config", "python:qtg.gunicorn_conf"]
-        + ["--bind", f"127.0.0.1:{web}", "--workers", "1", "--timeout", "60"],
+        [
+            *("gunicorn", "qtg.wsgi:application", "--config", "python:qtg.gunicorn_conf"),
+            *("--bind", f"127.0.0.1:{web}", "--workers", "1", "--timeout", "60"),
+        ],
         cwd=ROOT,
         env=env,
         stdout=(tmp_path / "web.log").open("w"),
@@ -85,7 +87,7 @@ def timed_get(url: str, **kwargs) -> tuple[httpx.Response, float]:
 def test_health_and_metrics_answer_in_bounded_time_with_database_and_broker_down(
     web_without_dependencies,
 ):
-    base, tmp = web_without_dependencies
+    base, _ = web_without_dependencies
 
     live, live_seconds = timed_get(f"{base}/health/live")
     assert (live.status_code, live.json()) == (200, {"status": "ok"})
@@ -107,6 +109,6 @@ def test_health_and_metrics_answer_in_bounded_time_with_database_and_broker_down
 
 
 def test_gunicorns_control_socket_defaults_to_the_var_directory(web_without_dependencies):
-    base, tmp = web_without_dependencies
+    _, tmp = web_without_dependencies
 
     assert (tmp / "gunicorn.ctl").is_socket()
