@@ -1,6 +1,7 @@
 """`make run` (``manage.py run_embedded``) on the embedded default: SIGKILL any of its processes
 (web, each queue's worker, beat) and the supervisor starts it again within seconds (logged,
-with its backoff) while the others keep running; the product serves again: the web answers, periodic sweeps finish again."""
+with its backoff) while the others keep running; the product serves again: the web answers,
+periodic sweeps finish again."""
 
 import os
 import re
