@@ -19,7 +19,8 @@ import pytest
 from movements.management.commands.run_embedded import procfile_processes
 from tests.ops.test_production_smoke import free_port, stop
 
-pytestmark = pytest.mark.slow
+# Its own processes, database and broker: the same on every run (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 
 ROOT = Path(__file__).resolve().parents[2]
 # How long the product may take to serve again after a process is killed: the restart

@@ -14,7 +14,8 @@ import pytest
 
 from tests.ops.test_production_smoke import ROOT, TOKEN, free_port, production_env, stop
 
-pytestmark = pytest.mark.slow
+# Its own processes, database and broker: the same on every run (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 
 # QTG_DB_CONNECT_TIMEOUT's default (qtg/configuration.py)
 CONNECT_TIMEOUT_SECONDS = 5
