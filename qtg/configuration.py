@@ -110,6 +110,13 @@ VARIABLES: list[Var] = [
         doc="How long a process keeps its PostgreSQL connection (0: one per request or task).",
     ),
     v(
+        "QTG_DB_CONNECT_TIMEOUT",
+        "seconds",
+        "5",
+        section=DATABASE,
+        doc="How long a PostgreSQL connection attempt may take before it fails (at least 2).",
+    ),
+    v(
         "QTG_SQLITE_PATH",
         "path",
         "$QTG_VAR_DIR/qtg.sqlite3",
@@ -611,9 +618,10 @@ VARIABLES: list[Var] = [
     v(
         "QTG_HEALTH_BUDGET_SECONDS",
         "seconds",
-        "1",
+        "0.8",
         section=OPS,
-        doc="/health/ready answers within this; a check still running fails.",
+        doc="/health/ready's checks get this long (the whole answer within 1 s); a check "
+        "still running then fails.",
     ),
     v(
         "QTG_HEALTH_MAX_SWEEP_AGE_SECONDS",

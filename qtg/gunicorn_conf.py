@@ -8,8 +8,16 @@ plain format (``make run``) gunicorn keeps its own format.
 """
 
 import os
+from pathlib import Path
 
 from ops.logs import logging_config
+
+# The control socket (``gunicornc``) in this deployment's var directory, not gunicorn's default
+# ``~/.gunicorn/gunicorn.ctl`` that every gunicorn of the user shares (the Procfile names it
+# too). QTG_VAR_DIR's default is the settings' (qtg/settings.py: the checkout's var/).
+_var_dir = Path(os.environ.get("QTG_VAR_DIR") or Path(__file__).resolve().parents[1] / "var")
+_var_dir.mkdir(parents=True, exist_ok=True)
+control_socket = str(_var_dir / "gunicorn.ctl")
 
 _profile = os.environ.get("QTG_PROFILE", "")
 _fmt = os.environ.get("QTG_LOG_FORMAT", "plain" if _profile == "embedded" else "json")

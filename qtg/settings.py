@@ -112,6 +112,12 @@ if DATABASE_URL:
             conn_health_checks=True,
         )
     }
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # A database that never answers (a partition, a host gone) fails a connection attempt
+        # after this long, not libpq's two minutes: a scrape gets its 503, a task its error.
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+            "connect_timeout", int(env("QTG_DB_CONNECT_TIMEOUT", "5"))
+        )
 else:
     DATABASES = {
         "default": {
@@ -391,7 +397,7 @@ QTG_HEALTH_MAX_SWEEP_AGE_SECONDS = float(
 )
 # /health/ready runs its checks at once and answers within this budget: a check that has not
 # answered by then (a dependency down or hanging) fails as "no answer within ...".
-QTG_HEALTH_BUDGET_SECONDS = float(env("QTG_HEALTH_BUDGET_SECONDS", "1"))
+QTG_HEALTH_BUDGET_SECONDS = float(env("QTG_HEALTH_BUDGET_SECONDS", "0.8"))
 # A worker whose heartbeat row is older than this is not counted as serving its queues.
 QTG_HEALTH_MAX_WORKER_AGE_SECONDS = float(env("QTG_HEALTH_MAX_WORKER_AGE_SECONDS", "30"))
 QTG_HEARTBEAT_WRITE_SECONDS = float(env("QTG_HEARTBEAT_WRITE_SECONDS", "5"))

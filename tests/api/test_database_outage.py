@@ -10,7 +10,8 @@ import pytest
 
 from tests.ops.test_production_smoke import ROOT, free_port, production_env, stop, wait_until
 
-pytestmark = pytest.mark.slow
+# Its own processes, database and broker: the same on every run (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 
 # Nothing listens on port 1: every connection attempt is refused.
 UNREACHABLE_DATABASE = "postgres://postgres@127.0.0.1:1/qtg_unreachable"

@@ -1,6 +1,7 @@
-"""`make run` (``manage.py run_embedded``) on the embedded default: SIGKILL web, worker or beat
-and the supervisor starts it again within seconds (logged, with its backoff) while the other
-two keep running; the product serves again: the web answers, periodic sweeps finish again."""
+"""`make run` (``manage.py run_embedded``) on the embedded default: SIGKILL any of its processes
+(web, each queue's worker, beat) and the supervisor starts it again within seconds (logged,
+with its backoff) while the others keep running; the product serves again: the web answers,
+periodic sweeps finish again."""
 
 import os
 import re
@@ -15,9 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from movements.management.commands.run_embedded import procfile_processes
 from tests.ops.test_production_smoke import free_port, stop
 
-pytestmark = pytest.mark.slow
+# Its own processes, database and broker: the same on every run (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 
 ROOT = Path(__file__).resolve().parents[2]
 # How long the product may take to serve again after a process is killed: the restart
@@ -47,7 +50,7 @@ def embedded_env(tmp: Path, port: int) -> dict[str, str]:
 
 def pids(log: Path) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
-    for name, pid in re.findall(r"\| (\w+) started \(pid=(\d+)\)", log.read_text()):
+    for name, pid in re.findall(r"\| ([\w-]+) started \(pid=(\d+)\)", log.read_text()):
         found.setdefault(name, []).append(int(pid))
     return found
 
@@ -102,7 +105,10 @@ def test_each_killed_process_is_restarted_and_the_product_serves_again(product):
     wait(lambda: web_answers(base), 120, "the web answering", log)
     wait(lambda: last_sweep(tmp), 120, "a first periodic sweep", log)
 
-    for name in ("worker", "beat", "web"):
+    # every process `make run` supervises: web, the three workers (one per queue), beat
+    names = list(procfile_processes())
+    assert {"web", "worker", "worker-venues", "worker-webhooks", "beat"} <= set(names)
+    for name in names:
         before = pids(log)
         victim = before[name][-1]
         killed_at = datetime.now(UTC)

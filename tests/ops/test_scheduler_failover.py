@@ -17,7 +17,8 @@ import pytest
 from qtg.queues import all_queues
 from tests.ops.test_embedded_restart import embedded_env, last_sweep
 
-pytestmark = pytest.mark.slow
+# Its own processes, database and broker: the same on every run (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = 3.0

@@ -108,12 +108,23 @@ def test_the_declared_executors_are_exactly_those_each_module_registers():
         assert registered == set(names), module
 
 
-def test_starting_django_imports_no_venue_client_library():
+@pytest.mark.parametrize(
+    "start",
+    [
+        pytest.param("", id="management command"),
+        # what a Celery worker loads before it is ready (every app's tasks) and the web's URLs
+        pytest.param(
+            "from qtg.celery import app; app.loader.import_default_modules(); import qtg.urls; ",
+            id="worker and web",
+        ),
+    ],
+)
+def test_starting_django_imports_no_venue_client_library(start):
     import subprocess
     import sys
 
     code = (
-        "import django, sys; django.setup(); "
+        f"import django, sys; django.setup(); {start}"
         "print(sorted(m for m in ('web3', 'ccxt', 'solana', 'eth_account') if m in sys.modules))"
     )
     env = {**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "qtg.settings"}
