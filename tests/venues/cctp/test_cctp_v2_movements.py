@@ -11,7 +11,7 @@ import pytest
 import yaml
 from web3.logs import DISCARD
 
-from movements.models import MovementAttention
+from movements.models import MovementEvent
 from movements.services import movement_approve, movement_create
 from movements.states import RequestState
 from qtg.core.actors import Actor
@@ -261,6 +261,10 @@ def test_a_fast_burn_reorged_before_finality_is_held_and_minted_once(
     request = create(creator, bob, template="cctp_v2_fast", max_fee="0.01")
     request = settle(request, [chain_a, chain_b], each=reorg_the_burn, timeout=90)
     assert reorged
+    # The attestation was held while the burn was gone, and the burn's own bytes went again.
+    held = MovementEvent.objects.filter(request=request, node_key="attestation_observe")
+    assert any("held" in (e.detail or {}) for e in held)
+    assert node(request, "burn").result.get("completed_at") == "safe"  # fast: before finality
 
     assert request.request_state == RequestState.COMPLETED, request.failure_reason
     (burn_tx,) = ChainTransaction.objects.filter(movement=request, node__node_key="burn")
@@ -272,9 +276,9 @@ def test_a_fast_burn_reorged_before_finality_is_held_and_minted_once(
     all_mints = b2.transmitter.events.MessageReceived().get_logs(from_block=0)
     assert len([m for m in all_mints if m["args"]["sourceDomain"] == DOMAIN_A]) >= 1
     assert node(request, "burn_final").node_state == "COMPLETED"
-    assert MovementAttention.objects.filter(request=request, reason="reorg").exists() or any(
-        "reorg" in str(e) for e in burn_tx.events.values_list("evidence", flat=True)
-    )
+    evidence = [e.evidence for e in burn_tx.events.order_by("id")]
+    assert any("reorg" in e for e in evidence)
+    assert any("rebroadcast" in e for e in evidence)
     assert_history_replays(request)
 
 
