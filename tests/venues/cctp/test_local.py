@@ -91,6 +91,15 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     b.receive_message(dev_accounts()[3], raw, bytes.fromhex(message["attestation"][2:]))
     assert b.usdc_balance(recipient) == 5 * 10**6
 
+    # CCTP V2 beside V1 (the seeded V2 fast transfer runs on it): configured, and Iris quotes
+    # its fees through the product's client.
+    from venues.cctp.iris import IrisClient
+
+    assert chains["devchain"].has_v2 and chains["devchain-b"].has_v2
+    assert chains["devchain"].token_messenger_v2 != chains["devchain"].token_messenger
+    with IrisClient(env["QTG_IRIS_URL"]) as iris:
+        assert iris.fee_bps(0, 3) == {1000: 1, 2000: 0}
+
 
 def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
     from qtg.core.actors import Actor
