@@ -223,6 +223,11 @@ def test_a_v2_transfer_moves_amount_out_and_amount_minus_fee_in(
     assert observed["amount_received"] == str(Decimal(UNITS - fee) / 10**6)
     txs = ChainTransaction.objects.filter(movement=request).order_by("id")
     assert [tx.state for tx in txs] == [TxState.FINALIZED] * len(txs)
+    # The reservation (and every hardcap's sum) counts what left the source: the whole amount,
+    # the fee included, consumed once the money left.
+    reservation = request.reservation
+    assert reservation.amount == Decimal(AMOUNT)
+    assert reservation.state == "CONSUMED"
     assert_history_replays(request)
 
 
