@@ -351,3 +351,46 @@ def test_a_429_blocks_every_worker_for_the_block_period(venues_on, iris, cctp_v2
         second.fee_bps(DOMAIN_A, DOMAIN_B)
     assert raised.value.retry_after > 290
     assert len(iris.served()) == asked  # nobody asked Iris during the block
+
+
+def test_a_v2_mint_another_relayer_landed_first_is_the_one_mint(
+    venues_on, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
+):
+    """receiveMessage (V2) is open to anyone: a relayer whose transaction lands first mints;
+    ours reverts ("Nonce already used") and the node completes with the relayer's transaction,
+    found through ``usedNonces`` of the attested message's nonce (not a nonce read at burn)."""
+    (_, b), (_, b2) = cctp, cctp_v2
+    before = b.usdc_balance(bob)
+    chain_b.set_automine(False)  # our mint waits in the mempool for the next turn's block
+    front_run: list[str] = []
+
+    def relay_first():
+        ours = ChainTransaction.objects.filter(node__node_key="mint").first()
+        if front_run or ours is None or ours.state not in (TxState.BROADCAST, TxState.PENDING):
+            return
+        result = ours.node.request.nodes.get(node_key="attestation_observe").result
+        sent = b2.receive_message(
+            chain_b.accounts[6],
+            bytes.fromhex(result["message"][2:]),
+            bytes.fromhex(result["attestation"][2:]),
+            wait=False,
+            maxPriorityFeePerGas=50 * 10**9,
+            maxFeePerGas=200 * 10**9,
+        )
+        front_run.append(sent.to_0x_hex())
+
+    request = create(creator, bob, template="cctp_v2", max_fee="0.01")
+    request = settle(request, [chain_a, chain_b], each=relay_first)
+
+    assert front_run
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    assert b.usdc_balance(bob) == before + UNITS - STANDARD_FEE  # minted once
+    (minted,) = v2_mints(b2, attested(request).nonce)
+    assert minted["transactionHash"].to_0x_hex() == front_run[0]
+    mint = node(request, "mint")
+    assert mint.external_ref == front_run[0]
+    assert mint.result["received_by"] == front_run[0]
+    (ours,) = ChainTransaction.objects.filter(movement=request, node__node_key="mint")
+    assert ours.state == TxState.FAILED  # mined after the relayer's, reverted
+    assert "Nonce already used" in (mint.result.get("revert_reason") or "")
+    assert_history_replays(request)
