@@ -402,3 +402,19 @@ def test_a_v2_mint_another_relayer_landed_first_is_the_one_mint(
     assert ours.state == TxState.FAILED  # mined after the relayer's, reverted
     assert "Nonce already used" in (mint.result.get("revert_reason") or "")
     assert_history_replays(request)
+
+
+def test_a_v2_movement_above_the_burn_limit_per_message_is_refused_at_create(
+    venues_on, funded, cctp_v2, chain_a, chain_b, bob, creator
+):
+    a2, _ = cctp_v2
+    a2.set_burn_limit(10 * 10**6)  # 10 USDC per message, read from TokenMessengerV2's minter
+    try:
+        request = create(creator, bob, template="cctp_v2", max_fee="0.01", approve=False)
+    finally:
+        a2.set_burn_limit(2**256 - 1)
+
+    assert request.request_state == RequestState.FAILED
+    assert "above the per-message burn limit of 10 USDC" in request.failure_reason
+    assert not request.nodes.exists()
+    assert not ChainTransaction.objects.exists()
