@@ -18,7 +18,7 @@ ALLOW_NO_TESTS ?=
 QTG_PROFILE ?= embedded
 export QTG_PROFILE
 
-.PHONY: install install-product install-dev run test lint bench audit
+.PHONY: install install-product install-dev run run-local test lint bench audit
 
 # The product: its runtime dependencies only.
 $(VENV)/.product: pyproject.toml
@@ -44,8 +44,14 @@ install-dev: $(VENV)/.dev standins/node_modules/.installed
 
 install: install-dev
 
+# QTG_VENUES=local runs the same command through the stand-ins' entry (standins/local/), which
+# starts them first: the product never imports the stand-ins.
 run: install-product
-	$(PY) manage.py run_embedded
+	@if [ "$$QTG_VENUES" = local ]; then $(MAKE) --no-print-directory run-local; \
+	else $(PY) manage.py run_embedded; fi
+
+run-local: install-product standins/node_modules/.installed
+	QTG_VENUES=local $(PY) -m standins.local
 
 test: install-dev
 	@echo "pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)"; started=$$(date +%s); \

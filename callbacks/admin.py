@@ -19,8 +19,8 @@ from callbacks.models import Delivery, DeliveryAttempt, DeliveryStatus, Subscrip
 from callbacks.services import (
     delivery_redeliver,
     subscription_delete,
-    subscription_record,
     subscription_rotate_secret,
+    subscription_save,
 )
 from movements.public import add_movement_page_inline
 from qtg.core.actors import Actor
@@ -96,19 +96,17 @@ class SubscriptionAdmin(PeopleByName, admin.ModelAdmin):
         if not change:
             if given:
                 obj.secret = given
-            obj.save()
-            subscription_record(obj, action="created", actor=actor)
+            subscription_save(subscription=obj, actor=actor)
             if not given:
                 self._show_once(request, obj.secret)
             return
-        obj.save()
-        subscription_record(obj, action="changed", actor=actor)
+        subscription_save(subscription=obj, actor=actor)
         if given or rotate:
             overlap = timedelta(seconds=float(settings.QTG_WEBHOOK_SECRET_OVERLAP_SECONDS))
-            secret = subscription_rotate_secret(subscription=obj, actor=actor, overlap=overlap)
-            if given:
-                Subscription.objects.filter(pk=obj.pk).update(secret=given)
-            else:
+            secret = subscription_rotate_secret(
+                subscription=obj, actor=actor, overlap=overlap, secret=given or ""
+            )
+            if not given:
                 self._show_once(request, secret)
             obj.refresh_from_db()
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
-from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiCallback,
@@ -33,8 +32,8 @@ from callbacks.services import (
     delivery_redeliver,
     events_publish,
     subscription_delete,
-    subscription_record,
     subscription_rotate_secret,
+    subscription_save,
     subscription_send_test,
 )
 from movements import public
@@ -478,10 +477,7 @@ class WebhookViewSet(APIDefaults, viewsets.GenericViewSet):
             subscription.full_clean(exclude=["owner"])
         except DjangoValidationError as exc:
             raise _validation_error(exc) from None
-        with transaction.atomic():
-            action = "created" if subscription._state.adding else "changed"
-            subscription.save()
-            subscription_record(subscription, action=action, actor=actor)
+        subscription_save(subscription=subscription, actor=actor)
 
     @staticmethod
     def _delivery(pk: Any) -> dict[str, Any]:

@@ -626,17 +626,31 @@ def subscription_record(subscription: Subscription, *, action: str, actor: Any) 
 
 
 @transaction.atomic
+def subscription_save(*, subscription: Subscription, actor: Any) -> Subscription:
+    """Create or change a subscription (validated by the caller's form or serializer), with
+    its audit record in the same transaction."""
+    action = "created" if subscription._state.adding else "changed"
+    subscription.save()
+    subscription_record(subscription, action=action, actor=actor)
+    return subscription
+
+
+@transaction.atomic
 def subscription_rotate_secret(
-    *, subscription: Subscription, actor: Any, overlap: timedelta | None = None
+    *,
+    subscription: Subscription,
+    actor: Any,
+    overlap: timedelta | None = None,
+    secret: str = "",
 ) -> str:
-    """Give the subscription a new secret and return it (the only time it is shown); the
-    old one keeps signing next to it for ``overlap`` (default
-    QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap. Recorded
-    as ``actor``'s."""
+    """Give the subscription a new secret (``secret`` when the operator chose one) and return
+    it (the only time it is shown); the old one keeps signing next to it for ``overlap``
+    (default QTG_WEBHOOK_SECRET_OVERLAP_SECONDS), so the receiver can switch without a gap.
+    Recorded as ``actor``'s."""
     if overlap is None:
         overlap = timedelta(seconds=float(_setting("QTG_WEBHOOK_SECRET_OVERLAP_SECONDS")))
     subscription = Subscription.objects.select_for_update().get(pk=subscription.pk)
-    secret = signing.new_secret()
+    secret = secret or signing.new_secret()
     subscription.previous_secret = subscription.secret if overlap > timedelta(0) else ""
     subscription.previous_secret_expires_at = (
         timezone.now() + overlap if overlap > timedelta(0) else None

@@ -19,7 +19,7 @@ from movements.states import (
 )
 from qtg.core.actors import ActorType
 from qtg.core.chain import ChainedModel, linked_constraint
-from qtg.core.models import AppendOnlyModel
+from qtg.core.models import AppendOnlyModel, AuditEventModel, reviewed_model
 from qtg.core.money import MONEY, format_amount
 
 RequestStateMachine = state_machine_base(
@@ -334,7 +334,7 @@ class MovementRequestNode(ConcurrentTransitionMixin, NodeStateMachine):
 OPERATOR_DETAIL = "operator"
 
 
-class MovementEvent(AppendOnlyModel):
+class MovementEvent(AuditEventModel):
     """One audit record: a state transition, or evidence recorded without a state change."""
 
     class Kind(models.TextChoices):
@@ -354,8 +354,6 @@ class MovementEvent(AppendOnlyModel):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRANSITION)
     old_state = models.CharField(max_length=32, blank=True)
     new_state = models.CharField(max_length=32, blank=True)
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=128, blank=True)
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
@@ -445,7 +443,7 @@ class PolicyStatus(models.TextChoices):
     REJECTED = "REJECTED", "Rejected"
 
 
-class ApprovalPolicy(models.Model):
+class ApprovalPolicy(reviewed_model("approval_policies")):
     """One version of an approval rule: which movements it covers (asset, amount range,
     template, destination; blank = any) and what approving them takes (distinct approvers,
     never the creator, and the groups at least one of them must come from). A version is
@@ -473,22 +471,6 @@ class ApprovalPolicy(models.Model):
         help_text='Group names, e.g. ["supervisors"]: at least one approver from each.',
     )
     note = models.TextField(blank=True)
-    proposed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="approval_policies_proposed",
-    )
-    proposed_at = models.DateTimeField(default=timezone.now)
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="approval_policies_decided",
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
     superseded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -570,7 +552,7 @@ class EntryStatus(models.TextChoices):
     REJECTED = "REJECTED", "Rejected"
 
 
-class AddressBookEntry(models.Model):
+class AddressBookEntry(reviewed_model("address_entries")):
     """A vetted destination for an asset on a network, with a label. Added by one person,
     approved by another (four-eyes); usable from ``usable_from`` (approval + the cool-down)."""
 
@@ -581,22 +563,6 @@ class AddressBookEntry(models.Model):
     status = models.CharField(
         max_length=16, choices=EntryStatus.choices, default=EntryStatus.PROPOSED
     )
-    proposed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="address_entries_proposed",
-    )
-    proposed_at = models.DateTimeField(default=timezone.now)
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="address_entries_decided",
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
     usable_from = models.DateTimeField(null=True, blank=True)
     removed_at = models.DateTimeField(null=True, blank=True)
 

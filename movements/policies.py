@@ -16,7 +16,7 @@ The permission comes first everywhere, four-eyes next (it is a matter of who, li
 permission), then the movement's state, then its nodes.
 """
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -200,22 +200,6 @@ def waiting_gates(nodes: Nodes, node_key: str | None = None) -> list[MovementReq
 # --- one policy per action ---------------------------------------------------------------------
 
 
-def actor_groups(actor: Actor) -> list[str]:
-    """The names of the groups the acting user belongs to (none for a system actor)."""
-    if actor.user is None:
-        return []
-    return sorted(actor.user.groups.values_list("name", flat=True))
-
-
-def valid_approvals(movement: MovementRequest) -> list[Any]:
-    """The approvals of the movement that still count (not void); a list page prefetches
-    them as ``valid_approvals_list``."""
-    prefetched = getattr(movement, "valid_approvals_list", None)
-    if prefetched is not None:
-        return list(prefetched)
-    return list(movement.approvals.filter(void_at__isnull=True))
-
-
 def missing_groups(movement: MovementRequest, approvals: Sequence[Any]) -> list[str]:
     """The groups the movement's approval needs an approver from and has none from yet."""
     covered = {group for approval in approvals for group in approval.groups}
@@ -246,13 +230,14 @@ def approve_refusal(
     actor: Actor,
     movement: MovementRequest,
     now: datetime,
-    approvals: Sequence[Any] | None = None,
+    approvals: Sequence[Any],
+    approver_groups: Collection[str],
 ) -> Refusal | None:
     """Approve: the permission; four-eyes (nobody approves a movement they created, nor
     twice); the movement waits for approval and its window is open; the approver's groups
     (when the approvals still needed must all come from groups the movement's policy names,
-    the approver belongs to one of them). ``approvals`` are the valid approvals so far (read
-    from the movement when not given)."""
+    the approver belongs to one of them). ``approvals`` are the valid approvals so far and
+    ``approver_groups`` the groups of the acting user (``movements.selectors``)."""
     if refusal := permission_refusal(actor, Action.APPROVE):
         return refusal
     if refusal := _four_eyes_refusal(actor, movement, "approve a movement"):
@@ -266,8 +251,6 @@ def approve_refusal(
             f"cannot approve: the approval window closed at {closed_at}",
             {"current_state": movement.request_state, "expires_at": closed_at},
         )
-    if approvals is None:
-        approvals = valid_approvals(movement)
     if any(same_approver(approval, actor) for approval in approvals):
         return Refusal(
             Rule.ALREADY_APPROVED,
@@ -277,7 +260,7 @@ def approve_refusal(
         )
     missing = missing_groups(movement, approvals)
     slots_left = max(movement.approvals_required - distinct_approvers(approvals), 1)
-    if missing and len(missing) >= slots_left and not set(missing) & set(actor_groups(actor)):
+    if missing and len(missing) >= slots_left and not set(missing) & set(approver_groups):
         return Refusal(
             Rule.GROUPS,
             f"the approval still needed must come from {' or '.join(missing)}",
@@ -549,16 +532,18 @@ def resolve_outcome_refusal(
 
 
 def attention_refusal(
-    *, actor: Actor, movement: MovementRequest, node_key: str | None = None
+    *,
+    actor: Actor,
+    movement: MovementRequest,
+    open_attention_keys: Collection[str],
+    node_key: str | None = None,
 ) -> Refusal | None:
     """Snooze or resolve what a movement needs attention for: the permission; an open entry
-    (of the node named, when one is)."""
+    (of the node named, when one is). ``open_attention_keys``: the node key of each of the
+    movement's open entries (``movements.selectors.open_attention_keys``)."""
     if refusal := permission_refusal(actor, Action.RESOLVE_ATTENTION):
         return refusal
-    entries = movement.attentions.filter(resolved_at__isnull=True)
-    if node_key is not None:
-        entries = entries.filter(node_key=node_key)
-    if not entries.exists():
+    if not open_attention_keys or (node_key is not None and node_key not in open_attention_keys):
         return Refusal(
             Rule.NODE_STATE,
             f"nothing about {node_key or 'this movement'} needs attention",

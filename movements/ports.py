@@ -1,12 +1,13 @@
 """What movements needs from the apps beside it, without importing them.
 
 A reservation ledger (hold when a movement is validated, consume on COMPLETED, release by the
-spec's rule), a callback outbox (record an event in the caller's transaction) and, for ``make
-run``, the local services a venue starts first. Their apps plug themselves in from
-``AppConfig.ready()`` with ``provide_reservations`` / ``provide_callbacks`` /
-``provide_embedded_services``. Without a ledger no movement validates (reservations fail
-closed); without an outbox movements refuse to run rather than change state silently, so both
-apps are part of every deployment.
+spec's rule) and a callback outbox (record an event in the caller's transaction): their apps
+plug themselves in from ``AppConfig.ready()`` with ``provide_reservations`` /
+``provide_callbacks``. For ``make run`` under ``QTG_VENUES=local``, the local services started
+first: ``python -m standins.local`` plugs the stand-ins in with ``provide_embedded_services``
+before it runs ``run_embedded`` (the product never imports them). Without a ledger no movement
+validates (reservations fail closed); without an outbox movements refuse to run rather than
+change state silently, so both apps are part of every deployment.
 
 This module imports nothing of movements: the services call out through it, and what
 movements offers the other apps is ``movements.public``.

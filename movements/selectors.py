@@ -121,3 +121,30 @@ def movement_visible_to(user: Any, movement: MovementRequest) -> bool:
     if movement.created_by_id == user.pk:
         return True
     return any(user.has_perm(perm) for perm in VIEW_ALL_PERMISSIONS)
+
+
+def valid_approvals(movement: MovementRequest) -> list[Any]:
+    """The approvals of the movement that still count (not void); a list page prefetches
+    them as ``valid_approvals_list``."""
+    prefetched = getattr(movement, "valid_approvals_list", None)
+    if prefetched is not None:
+        return list(prefetched)
+    return list(movement.approvals.filter(void_at__isnull=True))
+
+
+def actor_groups(actor: Any) -> list[str]:
+    """The names of the groups the acting user belongs to (none for a system actor)."""
+    if actor.user is None:
+        return []
+    return sorted(actor.user.groups.values_list("name", flat=True))
+
+
+def open_attention_keys(movement: MovementRequest) -> list[str]:
+    """The node key of each open (unresolved) attention entry of the movement; a list page
+    prefetches them as ``open_attentions_list``."""
+    prefetched = getattr(movement, "open_attentions_list", None)
+    if prefetched is not None:
+        return [entry.node_key for entry in prefetched]
+    return list(
+        movement.attentions.filter(resolved_at__isnull=True).values_list("node_key", flat=True)
+    )

@@ -13,7 +13,8 @@ from django.conf import settings
 
 from movements.services import execution
 from movements.services.attention import detect_stuck_nodes
-from movements.services.lifecycle import expire_overdue_approvals, idempotency_keys_purge
+from movements.services.decisions import expire_overdue_approvals
+from movements.services.intake import idempotency_keys_purge
 from qtg.core.actors import Actor
 
 logger = logging.getLogger(__name__)

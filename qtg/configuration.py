@@ -194,6 +194,13 @@ VARIABLES: list[Var] = [
     ),
     v("QTG_LEASE_SECONDS", "seconds", "60", section=EXECUTION, doc="A claimed node's lease."),
     v(
+        "QTG_REAP_SECONDS",
+        "seconds",
+        "min(5 ticks, a quarter lease)",
+        section=EXECUTION,
+        doc="How often each worker process reaps expired leases (from a thread of its own).",
+    ),
+    v(
         "QTG_OBSERVE_POLL_SECONDS",
         "seconds",
         "the tick",

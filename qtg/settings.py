@@ -291,6 +291,10 @@ QTG_SCHEDULER_LEASE_SECONDS = float(
 QTG_ROW_WRITER = env("QTG_ROW_WRITER", "auto")
 # A claimed node's lease; a worker that dies loses its nodes to the reaper after this long.
 QTG_LEASE_SECONDS = float(env("QTG_LEASE_SECONDS", "60"))
+# Every worker process reaps expired leases itself, this often, from a thread of its own
+# (movements/services/execution/reaper.py): a dead or paused worker's nodes move on whether or
+# not beat's messages reach a worker, and while the worker's tasks are busy in venue calls.
+QTG_REAP_SECONDS = float(env("QTG_REAP_SECONDS", min(QTG_TICK_SECONDS * 5, QTG_LEASE_SECONDS / 4)))
 QTG_OBSERVE_POLL_SECONDS = float(env("QTG_OBSERVE_POLL_SECONDS", QTG_TICK_SECONDS))
 QTG_RETRY_BASE_SECONDS = float(env("QTG_RETRY_BASE_SECONDS", "2"))
 QTG_RETRY_MAX_SECONDS = float(env("QTG_RETRY_MAX_SECONDS", "300"))

@@ -10,9 +10,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-from qtg.core.actors import ActorType
 from qtg.core.chain import linked_constraint
-from qtg.core.models import AppendOnlyModel
+from qtg.core.models import AuditEventModel
 from qtg.core.money import MONEY
 from qtg.core.venues import canonical_venue
 
@@ -125,7 +124,7 @@ class Reservation(FSMModelMixin, models.Model):
         pass
 
 
-class ReservationEvent(AppendOnlyModel):
+class ReservationEvent(AuditEventModel):
     """One audit record of a reservation: who, when, why, and the request state at the time."""
 
     reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
@@ -134,8 +133,6 @@ class ReservationEvent(AppendOnlyModel):
     request_state = models.CharField(
         max_length=32, help_text="The movement's state when this happened."
     )
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=128, blank=True)
     reason = models.TextField(blank=True)
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

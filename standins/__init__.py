@@ -9,6 +9,8 @@
   that ccxt calls (balances, withdrawals, deposits), with faults on request.
 - :mod:`standins.solana`: a local Solana JSON-RPC node over LiteSVM (from solders): slots on a
   clock, commitment levels, the blockhash validity window, SPL tokens, faults on request.
+- :mod:`standins.local`: ``QTG_VENUES=local make run`` (``python -m standins.local``) starts
+  the stand-ins above for the real adapters, then the product's ``run_embedded``.
 
 Node tools are pinned in ``standins/package.json`` + ``package-lock.json`` and installed by
 ``npm ci --prefix standins`` (``make install``).

@@ -36,10 +36,9 @@ class VenuesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from movements import ports
         from movements.executors.registry import registry
         from qtg.core.venues import provide_venues
-        from venues import conf, local
+        from venues import conf
 
         for adapter in installed_adapters():
             # The adapter's chain family (address spelling, finality vocabulary), if it has one.
@@ -57,7 +56,6 @@ class VenuesConfig(AppConfig):
             register_chain_fact_checks()
         # The accounts the reviewed configuration names are venues movements may name.
         provide_venues(conf.account_names(), details=conf.account_details())
-        ports.provide_embedded_services(local.start_standins)
 
 
 def register_chain_fact_checks() -> None:

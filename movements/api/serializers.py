@@ -34,8 +34,7 @@ from movements.models import (
     MovementRequestNode,
     NodeKind,
 )
-from movements.policies import valid_approvals
-from movements.selectors import current_nodes
+from movements.selectors import current_nodes, valid_approvals
 from movements.states import RequestState
 from qtg.core.money import format_amount
 from qtg.core.venues import venue_choices

@@ -1,25 +1,26 @@
 """Movement services: the only code that writes movement state (re-exported here)."""
 
+from movements.services.decisions import (
+    expire_overdue_approvals,
+    movement_approve,
+    movement_expire,
+    movement_reject,
+    movement_withdraw,
+)
 from movements.services.derivation import (
     derive_request_state,
     has_completed_side_effect,
     should_release_reservation,
 )
-from movements.services.lifecycle import (
-    expire_overdue_approvals,
+from movements.services.intake import movement_create, request_fingerprint
+from movements.services.interventions import (
     intervention_force_complete,
     intervention_force_fail,
     intervention_resume,
     intervention_retry,
     manual_gate_resume,
-    movement_approve,
     movement_cancel,
-    movement_create,
-    movement_expire,
-    movement_reject,
-    movement_withdraw,
     node_resolve_unknown,
-    request_fingerprint,
 )
 from movements.services.progress import (
     advance_after_completion,

@@ -30,7 +30,8 @@ from movements.models import (
     MovementRequest,
     PolicyStatus,
 )
-from movements.policies import actor_groups, distinct_approvers, policy_decide_refusal
+from movements.policies import distinct_approvers, policy_decide_refusal
+from movements.selectors import actor_groups
 from movements.services.state import record_event, save_fields
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput

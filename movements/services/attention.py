@@ -26,6 +26,7 @@ from movements.models import (
     MovementRequestNode,
 )
 from movements.policies import attention_refusal, stop_watching_refusal
+from movements.selectors import open_attention_keys
 from movements.services.guards import lock_request, require_reason
 from movements.services.progress import apply_request_state_from_nodes, current_nodes
 from movements.services.state import record_event, set_node_state, set_request_state
@@ -201,7 +202,14 @@ def attention_snooze(
     if until is None or until <= timezone.now():
         raise InvalidInput("snooze until a time in the future", details={"until": ["past"]})
     request = lock_request(request)
-    enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
+    enforce(
+        attention_refusal(
+            actor=actor,
+            movement=request,
+            open_attention_keys=open_attention_keys(request),
+            node_key=node_key,
+        )
+    )
     _handle_open_entries(
         request,
         node_key,
@@ -221,7 +229,14 @@ def attention_resolve(
     after another full wait from now."""
     note = require_reason(note, "resolve")
     request = lock_request(request)
-    enforce(attention_refusal(actor=actor, movement=request, node_key=node_key))
+    enforce(
+        attention_refusal(
+            actor=actor,
+            movement=request,
+            open_attention_keys=open_attention_keys(request),
+            node_key=node_key,
+        )
+    )
     _handle_open_entries(
         request,
         node_key,

@@ -17,7 +17,7 @@ from movements.models import MovementRequest, OverrideAction, OverrideProposal, 
 from movements.policies import override_confirm_refusal, override_propose_refusal
 from movements.selectors import current_nodes
 from movements.services.guards import lock_request, require_reason
-from movements.services.lifecycle import (
+from movements.services.interventions import (
     intervention_force_complete,
     intervention_force_fail,
     movement_cancel,

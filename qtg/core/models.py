@@ -1,7 +1,10 @@
 """Model building blocks shared by the apps."""
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
+from qtg.core.actors import ActorType
 from qtg.core.chain import ChainedModel, ChainedQuerySet
 
 
@@ -32,6 +35,47 @@ class AppendOnlyModel(ChainedModel):
 
     def delete(self, *args, **kwargs):
         raise TypeError(f"{_label(type(self))} are append-only")
+
+
+class AuditEventModel(AppendOnlyModel):
+    """An app's audit event: append-only, linked into its evidence chain, and naming who
+    acted (``qtg.core.actors.Actor``: its ``type`` and ``id``)."""
+
+    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
+    actor_id = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+def reviewed_model(related_prefix: str) -> type[models.Model]:
+    """The abstract base of a reviewed row: proposed by one person, decided (activated,
+    approved, rejected, removed) by another — the four-eyes block the approval policies and
+    the address book share. ``related_prefix`` names the user's reverse relations
+    (``<prefix>_proposed``, ``<prefix>_decided``), as each table has always had them."""
+
+    class ReviewedModel(models.Model):
+        proposed_by = models.ForeignKey(
+            settings.AUTH_USER_MODEL,
+            null=True,
+            blank=True,
+            on_delete=models.PROTECT,
+            related_name=f"{related_prefix}_proposed",
+        )
+        proposed_at = models.DateTimeField(default=timezone.now)
+        decided_by = models.ForeignKey(
+            settings.AUTH_USER_MODEL,
+            null=True,
+            blank=True,
+            on_delete=models.PROTECT,
+            related_name=f"{related_prefix}_decided",
+        )
+        decided_at = models.DateTimeField(null=True, blank=True)
+
+        class Meta:
+            abstract = True
+
+    return ReviewedModel
 
 
 def _label(model: type[models.Model]) -> str:

@@ -1,6 +1,6 @@
 """The layered layout of the plan graph."""
 
-from movements.admin_graph import NODE_W, GraphNode, layout
+from movements.admin.graph import NODE_W, GraphNode, layout
 
 
 def node(key: str, state: str = "BLOCKED") -> GraphNode:

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from movements.admin_actions import ACTIONS, MovementAction, Situation
+from movements.admin.actions import ACTIONS, MovementAction, Situation
 from movements.models import MovementRequest
 from movements.selectors import current_nodes
 from movements.services import movement_reject

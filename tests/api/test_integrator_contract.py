@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from movements.models import MovementRequest
-from movements.services.lifecycle import idempotency_keys_purge
+from movements.services.intake import idempotency_keys_purge
 from movements.tasks import purge_idempotency_keys
 from tests.api.conftest import MOVEMENTS, assert_error, create_body, post_create
 

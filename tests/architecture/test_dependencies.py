@@ -99,3 +99,22 @@ def test_services_never_import_their_tasks(app):
 def test_no_app_imports_ops_which_reads_them_all(app):
     """Operability (health, metrics, logging) sits on top: the domain never depends on it."""
     assert [i for i in imports_of(app) if top(i[2]) == "ops"] == []
+
+
+# Entry points that parse input and call one service: they write no row themselves.
+WRITING_CALLS = {"save", "update", "delete", "create", "get_or_create", "update_or_create"}
+
+
+@pytest.mark.parametrize("path", ["callbacks/api.py", "callbacks/admin.py"])
+def test_the_webhook_entry_points_write_through_the_services(path):
+    """A subscription is created, changed, deactivated and its secret rotated by
+    ``callbacks.services`` (each with its audit record), never saved by a view or the admin."""
+    tree = ast.parse((ROOT / path).read_text())
+    offending = [
+        (node.lineno, node.func.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in WRITING_CALLS
+    ]
+    assert offending == []

@@ -1,7 +1,8 @@
 """Layers the README's architecture section names, read from the source (every runtime import,
 including those inside functions; ``if TYPE_CHECKING:`` blocks aside): the apps in one order,
-no product module leaning on the test-support stand-ins, no import loop inside movements, and
-rule modules that never touch a model."""
+no product module leaning on the test-support stand-ins, no import loop inside movements, the
+layers inside movements (entry points -> services -> rules), and rule modules that never touch
+a model."""
 
 import ast
 from pathlib import Path
@@ -19,6 +20,12 @@ LAYERS = (
     ("ops",),
 )
 PRODUCT = [package for layer in LAYERS for package in layer] + ["qtg"]
+# Inside movements, top to bottom: entry points (parse, call one service, present) -> services
+# (the only writers) -> rules (pure). What movements offers the other apps (``public``) and
+# its app wiring (``apps``) sit beside the entry points.
+ENTRY_POINTS = ("movements.admin", "movements.api", "movements.tasks", "movements.management")
+SERVICES = "movements.services"
+BESIDE_ENTRY_POINTS = ("movements/apps.py", "movements/public.py")
 # Pure rules: facts in, answers out, no database.
 RULE_MODULES = (
     "movements/states.py",
@@ -26,9 +33,6 @@ RULE_MODULES = (
     "movements/services/execution/outcomes.py",
     "venues/solana/fate.py",
 )
-# Local mode starts the stand-ins from these product modules today (issue 27 item 5 moves that
-# to one entry outside the product); the list only shrinks.
-KNOWN_STANDIN_IMPORTERS = {"venues/cex/local.py", "venues/evm/local.py", "venues/cctp/local.py"}
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -99,16 +103,9 @@ def standin_importers() -> set[str]:
     }
 
 
-def test_no_new_product_module_imports_the_standins():
-    assert standin_importers() - KNOWN_STANDIN_IMPORTERS == set()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="venues/{cex,evm,cctp}/local.py start the stand-ins themselves (issue 27 item 5: "
-    "one entry outside the product starts them); not moved in this pass",
-)
 def test_no_product_module_imports_the_standins():
+    """Local mode starts them from their own entry (``python -m standins.local``), which plugs
+    them into movements' port for local services; the product never names them."""
     assert standin_importers() == set()
 
 
@@ -145,6 +142,50 @@ def test_movements_has_no_import_cycle():
     for module in sorted(graph):
         visit(module, [])
     assert cycles == []
+
+
+def _imports_from(path: Path, packages: tuple[str, ...]) -> list[str]:
+    return [
+        name
+        for name in imports_in(path)
+        if any(name == package or name.startswith(package + ".") for package in packages)
+    ]
+
+
+def test_movements_services_import_no_entry_point():
+    offending = [
+        (str(path.relative_to(ROOT)), name)
+        for path in sources("movements/services")
+        for name in _imports_from(path, ENTRY_POINTS)
+    ]
+    assert offending == []
+
+
+def test_below_the_services_movements_imports_no_service_and_no_entry_point():
+    """Models, states, selectors, policies, the compiler, the executor interface, the ports:
+    none of them reaches up into a service or an entry point."""
+    above = (*ENTRY_POINTS, SERVICES)
+    offending = [
+        (rel, name)
+        for path in sources("movements")
+        if not (rel := str(path.relative_to(ROOT))).startswith(
+            tuple(name.replace(".", "/") for name in above)
+        )
+        and rel not in BESIDE_ENTRY_POINTS
+        for name in _imports_from(path, above)
+    ]
+    assert offending == []
+
+
+@pytest.mark.parametrize("path", RULE_MODULES)
+def test_rule_modules_import_no_service_and_no_entry_point(path):
+    own = module_name(ROOT / path)
+    offending = [
+        name
+        for name in _imports_from(ROOT / path, (*ENTRY_POINTS, SERVICES))
+        if name != own and not name.startswith(own + ".")
+    ]
+    assert offending == []
 
 
 @pytest.mark.parametrize("path", RULE_MODULES)

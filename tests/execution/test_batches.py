@@ -112,9 +112,9 @@ def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_moveme
     for position, node_id in enumerate(order):
         states = seen[node_id]
         assert states[node_id] == NodeState.SUBMITTING
-        # The ones before it have been submitted (their results are written with the
-        # batch's); the ones after it have not been touched yet.
-        assert all(states[other] == NodeState.SUBMITTING for other in order[:position])
+        # The ones before it have been submitted and their answers written (a submit's
+        # answer is never held with the batch's); the ones after it have not been touched.
+        assert all(states[other] == NodeState.COMPLETED for other in order[:position])
         assert all(states[other] == NodeState.PREPARING for other in order[position + 1 :])
     for request in requests:
         assert node(request, "withdraw").node_state == NodeState.COMPLETED
@@ -149,8 +149,8 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     first, second = make_movement(approve=True), make_movement(approve=True)
     claims = execution.claim_ready_nodes(owner="dead-worker", limit=10)
     by_request = {claim.request_id: claim for claim in claims}
-    # The first withdrawal reaches the venue; the worker is killed as it starts the second,
-    # before the venue hears of it. No result of the batch was written.
+    # The first withdrawal reaches the venue, its answer written at once; the worker is killed
+    # as it starts the second, before the venue hears of it.
     second_claim = by_request[second.pk]
     second_claim.executor.submit = lambda ctx: (_ for _ in ()).throw(SystemExit("killed"))
     ordered = [by_request[first.pk], second_claim]
@@ -158,7 +158,7 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     with pytest.raises(SystemExit):
         execution.run_actions(ordered)
 
-    assert node(first, "withdraw").node_state == NodeState.SUBMITTING
+    assert node(first, "withdraw").node_state == NodeState.COMPLETED
     assert node(second, "withdraw").node_state == NodeState.SUBMITTING
     assert len(ledger("withdraw")) == 1
     # The leases expire, and so does the validity of any request the dead worker had sent.
@@ -171,7 +171,7 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     first, second = settle(first), settle(second)
 
     assert first.request_state == RequestState.COMPLETED
-    assert node_path(first, "withdraw")[-3:] == ["SUBMITTING", "UNKNOWN", "COMPLETED"]
+    assert node_path(first, "withdraw")[-2:] == ["SUBMITTING", "COMPLETED"]
     # The second never reached the exchange (proven once its request's validity passed): a
     # new attempt, with a new key, took its place; the lost one was never submitted again.
     assert second.request_state == RequestState.COMPLETED
@@ -381,3 +381,37 @@ def test_the_reaper_is_recorded_with_the_worker_process_that_ran_it(make_movemen
 
     reaped = MovementEvent.objects.filter(request=request).order_by("id").last()
     assert reaped.actor_id == f"lease-reaper@worker:{socket.gethostname()}:{os.getpid()}"
+
+
+def test_a_submits_answer_is_written_before_the_next_node_of_a_full_batch_is_prepared(
+    make_movement, settings
+):
+    # A backlog (the claim came back full) holds the other results for one write; a submit's
+    # answer is never held: a worker that died holding it would leave its node UNKNOWN.
+    settings.QTG_RESULT_WRITE_SECONDS = 3600
+    for _ in range(3):
+        make_movement(approve=True)
+    claims = execution.claim_ready_nodes(owner="w", limit=3)
+    ids = [claim.node_id for claim in claims]
+    seen = []
+    for claim in claims[1:]:
+        executor = type(claim.executor)()
+        prepare = executor.prepare
+
+        def traced_prepare(ctx, prepare=prepare):
+            states = MovementRequestNode.objects.filter(pk__in=ids).values_list(
+                "node_state", flat=True
+            )
+            seen.append(sorted(states))
+            return prepare(ctx)
+
+        executor.prepare = traced_prepare
+        claim.executor = executor
+
+    execution.run_actions(claims, backlog=True)
+
+    # When the second and the third are prepared, those before them are past their submit.
+    assert seen == [
+        [NodeState.COMPLETED, NodeState.PREPARING, NodeState.PREPARING],
+        [NodeState.COMPLETED, NodeState.COMPLETED, NodeState.PREPARING],
+    ]

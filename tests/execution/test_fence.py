@@ -16,6 +16,7 @@ from movements.executors.base import (
 )
 from movements.models import MovementEvent, MovementRequestNode
 from movements.services import execution
+from movements.services.execution.leases import LeaseKeeper
 from movements.services.execution.results import Result, apply_results
 from movements.services.execution.sweeps import claim_sizes
 from movements.states import NodeState
@@ -285,3 +286,92 @@ def test_the_workers_retry_a_lost_submit_by_themselves_at_most_twice(make_moveme
     assert attempts.count() == 3
     assert movement.request_state == "FAILED"
     assert ledger("withdraw") == []
+
+
+def test_a_renewal_never_takes_back_the_time_the_fence_gave_its_call(make_movement, settings):
+    # The call may take 600 s; the heartbeat renews every third of a 60 s lease meanwhile.
+    settings.QTG_LEASE_SECONDS = 60
+    make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    deadline = claim.context.fence(600)
+
+    LeaseKeeper([claim]).renew()
+
+    row = MovementRequestNode.objects.get(pk=claim.node_id)
+    assert row.lease_expires_at > deadline
+
+
+def test_a_renewal_without_a_call_in_flight_gives_a_plain_lease(make_movement, settings):
+    settings.QTG_LEASE_SECONDS = 60
+    make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    before = timezone.now()
+
+    LeaseKeeper([claim]).renew()
+
+    row = MovementRequestNode.objects.get(pk=claim.node_id)
+    assert before + timedelta(seconds=59) < row.lease_expires_at < before + timedelta(seconds=70)
+
+
+def test_the_reaper_records_how_late_it_came_to_a_lease(make_movement):
+    movement = make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="dead")
+    MovementRequestNode.objects.filter(pk=claim.node_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=30)
+    )
+
+    execution.reap_expired_leases()
+
+    reaped = MovementEvent.objects.get(
+        node=node(movement, "withdraw"), detail__reason="lease expired"
+    )
+    assert 30 <= reaped.detail["reap_lag_seconds"] < 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_movement_another_process_holds_never_holds_up_the_reaper(make_movement, settings):
+    """A worker paused inside a transaction holds its movement's row: the reaper skips that
+    node (to look again next round) and moves every other one, never waiting for the lock."""
+    if not settings.DB_IS_POSTGRES:
+        pytest.skip("row locks are PostgreSQL's")
+    import threading
+
+    from django.db import connection, transaction
+
+    from movements.models import MovementRequest
+
+    held, free = make_movement(approve=True), make_movement(approve=True)
+    claims = execution.claim_ready_nodes(owner="dead", limit=2)
+    for claim in claims:
+        _expire(claim)
+    locked, release = threading.Event(), threading.Event()
+
+    def paused_inside_a_transaction():
+        try:
+            with transaction.atomic():
+                MovementRequest.objects.select_for_update().get(pk=held.pk)
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=paused_inside_a_transaction)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # a waiting reaper fails, never hangs
+        try:
+            moved = execution.reap_expired_leases()
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+        assert moved == 1
+        assert node(free, "withdraw").node_state == NodeState.READY
+        assert node(held, "withdraw").node_state == NodeState.PREPARING
+    finally:
+        release.set()
+        holder.join()
+
+    assert execution.reap_expired_leases() == 1  # the next round, once the row is free
+    assert node(held, "withdraw").node_state == NodeState.READY

@@ -152,13 +152,26 @@ CLOSED = NOW - timedelta(seconds=1)
     ],
 )
 def test_approve(actor, movement, expected):
-    check(approve_refusal(actor=actor, movement=movement, now=NOW), expected)
+    check(
+        approve_refusal(actor=actor, movement=movement, now=NOW, approvals=(), approver_groups=()),
+        expected,
+    )
 
 
 def test_approve_refusals_say_what_the_api_says():
-    four_eyes = approve_refusal(actor=CREATOR, movement=PENDING, now=NOW)
-    state = approve_refusal(actor=SUPERVISOR, movement=APPROVED, now=NOW)
-    window = approve_refusal(actor=SUPERVISOR, movement=pending(expires_at=CLOSED), now=NOW)
+    four_eyes = approve_refusal(
+        actor=CREATOR, movement=PENDING, now=NOW, approvals=(), approver_groups=()
+    )
+    state = approve_refusal(
+        actor=SUPERVISOR, movement=APPROVED, now=NOW, approvals=(), approver_groups=()
+    )
+    window = approve_refusal(
+        actor=SUPERVISOR,
+        movement=pending(expires_at=CLOSED),
+        now=NOW,
+        approvals=(),
+        approver_groups=(),
+    )
 
     assert (four_eyes.message, four_eyes.details) == (
         "four-eyes: you cannot approve a movement you created",
@@ -483,7 +496,9 @@ def test_the_settle_permission_alone():
 
 
 def test_a_refusal_raises_its_error_with_its_message_and_details():
-    refusal = approve_refusal(actor=SUPERVISOR, movement=APPROVED, now=NOW)
+    refusal = approve_refusal(
+        actor=SUPERVISOR, movement=APPROVED, now=NOW, approvals=(), approver_groups=()
+    )
 
     with pytest.raises(ActionRefused) as raised:
         enforce(refusal)
@@ -496,8 +511,8 @@ def test_a_refusal_raises_its_error_with_its_message_and_details():
 
 def test_four_eyes_is_a_403_like_a_missing_permission():
     for refusal in (
-        approve_refusal(actor=CREATOR, movement=PENDING, now=NOW),
-        approve_refusal(actor=NOBODY, movement=PENDING, now=NOW),
+        approve_refusal(actor=CREATOR, movement=PENDING, now=NOW, approvals=(), approver_groups=()),
+        approve_refusal(actor=NOBODY, movement=PENDING, now=NOW, approvals=(), approver_groups=()),
     ):
         error = refusal.exception()
         assert (type(error), error.code, error.http_status) == (
@@ -517,3 +532,37 @@ def test_a_missing_node_is_a_404():
         404,
         "movement has no node 'teleport'",
     )
+
+
+# --- the policies are pure: the facts come from the selectors --------------------------------
+
+
+def test_the_policies_ask_the_database_nothing(make_movement, operator, django_assert_num_queries):
+    from django.utils import timezone
+
+    from movements import policies, selectors
+
+    # given a movement waiting for approval, and the facts the selectors read about it
+    movement = make_movement()
+    actor = Actor.for_user(operator)
+    policies.permission_refusal(actor, policies.Action.APPROVE)  # Django caches permissions
+    approvals = selectors.valid_approvals(movement)
+    groups = selectors.actor_groups(actor)
+    open_keys = selectors.open_attention_keys(movement)
+
+    # when the policies are asked
+    with django_assert_num_queries(0):
+        approve = policies.approve_refusal(
+            actor=actor,
+            movement=movement,
+            now=timezone.now(),
+            approvals=approvals,
+            approver_groups=groups,
+        )
+        attention = policies.attention_refusal(
+            actor=actor, movement=movement, open_attention_keys=open_keys
+        )
+
+    # then they answer from those facts alone
+    assert approve is None
+    assert attention is not None and "needs attention" in attention.message

@@ -76,10 +76,13 @@ def writing_with(name: str):
 
 
 def _plain(value: Any, aliases: dict[str, str]) -> Any:
-    """Rows as comparable values: times become "<time>" (None stays None), request ids their
-    aliases."""
+    """Rows as comparable values: times become "<time>" (None stays None), measured lags
+    "<lag>", request ids their aliases."""
     if isinstance(value, dict):
-        return {key: _plain(item, aliases) for key, item in value.items()}
+        return {
+            key: "<lag>" if key.endswith("_lag_seconds") else _plain(item, aliases)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_plain(item, aliases) for item in value]
     if isinstance(value, datetime):

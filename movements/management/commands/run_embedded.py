@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from honcho.environ import parse_procfile
 from kombu.utils.url import maybe_sanitize_url
 
@@ -33,6 +33,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
 
     def handle(self, *args, addr="127.0.0.1:8000", no_seed=False, **options):
+        if settings.QTG_VENUES == "local" and not ports.embedded_services():
+            # The stand-ins are test support the product never imports: their one entry
+            # starts them and then runs this command.
+            raise CommandError(
+                "QTG_VENUES=local starts the stand-ins through `make run` "
+                "(python -m standins.local), which runs this command"
+            )
         call_command("qtg_prestart")
         env = {
             **os.environ,

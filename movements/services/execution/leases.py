@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import DateTimeField, F, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from movements.executors.base import LeaseLost
@@ -60,6 +62,14 @@ FENCE_MARGIN_SECONDS = 2.0
 def lease_outlasting(deadline: datetime) -> datetime:
     """A lease that outlasts a fenced call's ``deadline`` (never shorter than a plain lease)."""
     return max(lease_until(), deadline + timedelta(seconds=FENCE_MARGIN_SECONDS))
+
+
+def renewed_lease() -> Any:
+    """A renewed lease (for a row update): a plain lease, or longer while a fenced call is
+    in flight, so a renewal never takes back the time the fence promised that call."""
+    plain = Value(lease_until(), output_field=DateTimeField())
+    fenced = F("fenced_until") + timedelta(seconds=FENCE_MARGIN_SECONDS)
+    return Greatest(plain, Coalesce(fenced, plain), output_field=DateTimeField())
 
 
 class Fence:
@@ -169,7 +179,7 @@ class LeaseKeeper:
                 .filter(pk__in=ours, lease_owner=owner)
                 .values_list("pk", flat=True)
             )
-            save_leases(held, expires_at=lease_until(), heartbeat_at=now)
+            save_leases(held, expires_at=renewed_lease(), heartbeat_at=now)
         if held == ours:
             self.renew_at = now + timedelta(seconds=settings.QTG_LEASE_SECONDS / 2)
 
@@ -188,10 +198,24 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
     moved = 0
     for node_pk, request_pk in candidates:
         with transaction.atomic():
-            request = MovementRequest.objects.select_for_update(no_key=True).get(pk=request_pk)
-            node = MovementRequestNode.objects.select_for_update(of=("self",), no_key=True).get(
-                pk=node_pk
+            # A row someone holds is skipped, never waited for: its holder is at work on it
+            # (or paused inside a transaction, which no waiting would end), and the next
+            # round, on this worker or another, looks again. One held row never holds up the
+            # reaping of every other node.
+            request = (
+                MovementRequest.objects.select_for_update(skip_locked=True, no_key=True)
+                .filter(pk=request_pk)
+                .first()
             )
+            node = (
+                MovementRequestNode.objects.select_for_update(
+                    skip_locked=True, of=("self",), no_key=True
+                )
+                .filter(pk=node_pk)
+                .first()
+            )
+            if request is None or node is None:
+                continue
             node.request = request
             if (
                 node.node_state not in REAPED
@@ -206,21 +230,21 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
                 lease_expires_at=node.lease_expires_at,
                 result=node.result or {},
             )
-            outcome = lease_expired(
-                facts, now=timezone.now(), timing=Timing.from_settings(settings)
-            )
+            now = timezone.now()
+            outcome = lease_expired(facts, now=now, timing=Timing.from_settings(settings))
             for name, value in outcome.fields.items():
                 setattr(node, name, value)
+            # How late this reaper came: on the node's event and in qtg_reap_lag_seconds.
+            lag = (now - facts.lease_expires_at).total_seconds()
             set_node_state(
                 node=node,
                 new_state=outcome.target,
                 actor=actor,
-                detail=dict(outcome.detail),
+                detail={**outcome.detail, "reap_lag_seconds": round(lag, 3)},
                 update_fields=list(outcome.fields),
             )
             if outcome.then is Then.DERIVE:
                 apply_request_state_from_nodes(request, actor=actor)
-            lag = (timezone.now() - facts.lease_expires_at).total_seconds()
             transaction.on_commit(partial(lease_reaped, lag_seconds=lag))
             moved += 1
     return moved

@@ -10,7 +10,9 @@ result never costs the others.
 
 Applying a result is: lock, ``outcomes.decide`` (pure), write. Results are held until the batch
 is done, or written sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
-write, so a slow venue never leaves a known result unwritten for long (``Unwritten``).
+write, so a slow venue never leaves a known result unwritten for long (``Unwritten``). A
+submit's result is never held: a node whose answer is known but unwritten is SUBMITTING, and
+a worker's death would turn it UNKNOWN.
 """
 
 import logging
@@ -261,11 +263,12 @@ class Unwritten:
         short = batch_size <= settings.QTG_RESULT_WRITE_AT_ONCE_BELOW
         self.at_once = short or backlog is False
 
-    def add(self, result: Result) -> None:
+    def add(self, result: Result, *, at_once: bool = False) -> None:
+        """Hold ``result`` (written with those held before it now when ``at_once``)."""
         self.results.append(result)
         self.seen.append(result)
         waited = time.monotonic() - self.written_at
-        if self.at_once or waited >= settings.QTG_RESULT_WRITE_SECONDS:
+        if at_once or self.at_once or waited >= settings.QTG_RESULT_WRITE_SECONDS:
             self.write()
 
     def holds(self, request_id: Any) -> bool:

@@ -1,6 +1,7 @@
 """Running a claimed batch: the executor calls, one node after another (each taken as far as
 it goes before the next), with no transaction open and no lock held, and their results
-written as they come, held at most ``QTG_RESULT_WRITE_SECONDS`` (``results``).
+written as they come: a submit's at once, the others held at most
+``QTG_RESULT_WRITE_SECONDS`` (``results``).
 
 The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
 compare-and-set on its state and lease that also finds no FAILED node in its movement, in one
@@ -154,10 +155,10 @@ def run_actions(claims: list[Claim], *, backlog: bool | None = None) -> dict[int
     READY with backoff, UNKNOWN) for a batch of claimed action nodes, each executor call made
     with no transaction open. Each node is taken as far as it goes (prepared, signed,
     submitted) before the next one is prepared, so a worker that dies mid-batch leaves at most
-    one node with a call in flight; the results are written as they come, held at most
-    ``QTG_RESULT_WRITE_SECONDS`` (``Unwritten``). SUBMITTING is entered alone, right before the
-    node's own submit (see ``_submit_now``). Returns each node's state when this worker let go
-    of it."""
+    one node with a call in flight; a submit's result is written as it comes, the others
+    (prepare and sign failures) held at most ``QTG_RESULT_WRITE_SECONDS`` (``Unwritten``).
+    SUBMITTING is entered alone, right before the node's own submit (see ``_submit_now``).
+    Returns each node's state when this worker let go of it."""
     with LeaseKeeper(claims) as leases:
         return _run_actions(claims, leases, backlog)
 
@@ -175,7 +176,11 @@ def _run_actions(
             unwritten.write()
         result = _run_action(claim, leases)
         if result is not None:
-            unwritten.add(result)
+            # A submit's result is written at once: until it is, the node stays SUBMITTING,
+            # and a worker that dies meanwhile leaves it to recovery as UNKNOWN (its movement
+            # to a person, if a sibling's money already moved). Only the one call in flight
+            # may be lost with a worker, never the answers it already had.
+            unwritten.add(result, at_once=result.phase == "submit")
     unwritten.write()
     for result in unwritten.seen:
         if result.applied:

@@ -89,7 +89,7 @@ DEMO_MOVEMENTS: list[tuple[str, str, str, dict[str, Any], bool, str]] = [
     ("demo-pending", "cex_to_cex", "12000.00", {}, False, "waits for your approval"),
 ]
 
-# QTG_VENUES=local: the movements run on the stand-ins `make run` started (venues/*/local.py):
+# QTG_VENUES=local: the movements run on the stand-ins `make run` started (standins/local/):
 # the local exchange serves the sandbox exchanges' names, anvil the chains `devchain` and
 # `devchain-b` (CCTP domains 0 and 3, account `treasury`, and `vault` on devchain-b), the
 # Solana stand-in the chain `solana` (account `solana-treasury`). Sandbox faults mean nothing

@@ -1,4 +1,4 @@
-"""QTG_VENUES=local for CCTP: ``venues.cctp.local.start`` brings up both devchains, CCTP on
+"""QTG_VENUES=local for CCTP: ``standins.local.cctp.start`` brings up both devchains, CCTP on
 each, and the Iris stand-in as a process; the configuration it writes is what the product
 reads, and an attestation from that Iris mints on the other chain."""
 
@@ -9,12 +9,12 @@ import httpx
 import pytest
 import yaml
 
+from standins import local as standins_local
 from standins.anvil import dev_accounts
 from standins.cctp import CctpDomain, address_to_bytes32, messages_sent
 from standins.contracts import at, transact
-from venues import local as venues_local
+from standins.local import cctp as local
 from venues.cctp import config as cctp_config
-from venues.cctp import local
 from venues.ethlib import Web3
 
 pytestmark = [pytest.mark.devchain, pytest.mark.standin, pytest.mark.django_db]
@@ -28,7 +28,7 @@ def started(tmp_path):
     env: dict[str, str] = {}
     processes = local.start(env, tmp_path)
     yield env, processes
-    venues_local.stop(processes)
+    standins_local.stop(processes)
 
 
 def domain(w3, cctp):
@@ -103,7 +103,7 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
 
 def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
     from qtg.core.actors import Actor
-    from venues.evm import local as evm_local
+    from standins.local import evm as evm_local
     from venues.models import ChainTransaction, NonceCursor, TxState
     from venues.transactions import chain_transaction_create
 
@@ -140,7 +140,7 @@ def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
         assert "earlier run" in old.events.last().evidence["finding"]
         assert ChainTransaction.objects.filter(state=TxState.CREATED).count() == 0
     finally:
-        venues_local.stop(processes)
+        standins_local.stop(processes)
 
 
 def test_the_seeded_v2_fast_transfer_completes_on_the_local_stand_ins(

@@ -13,9 +13,10 @@ from django.utils import timezone
 from movements.services import movement_create
 from qtg.core.actors import Actor
 from qtg.core.venues import provide_venues
+from standins.local import cex as local
 from tests.movements.drive import node
 from tests.venues.cex.conftest import create, drive, story
-from venues.cex import local, ratelimit
+from venues.cex import ratelimit
 from venues.cex.client import _moved
 from venues.cex.models import CexRateBucket
 

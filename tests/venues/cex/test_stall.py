@@ -37,10 +37,14 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-# The exchange holds the withdraw request this long before it checks and executes it: past
-# the lease (5 s) and the accounts' visibility window (6 s) of a worker that stopped renewing,
-# inside the request's own signed window (Binance: the 12 s call timeout).
-HOLD_SECONDS = 9
+# The fence let the request go with a lease that outlasts the call's 12 s timeout (by a 2 s
+# margin); the worker is paused for longer than that. The exchange holds the request before
+# it checks and executes it: Binance 9 s, inside the request's signed window (which ends at
+# the call's timeout: once the lease has run out, the window has too, so recovery may then
+# read absence as proof, and the exchange has long made the withdrawal); Upbit 18 s, past the
+# lease and the accounts' visibility window (6 s), so recovery asks while the exchange still
+# holds it and must not conclude "never happened" from absence alone.
+HOLD_SECONDS = {"binance": 9, "upbit": 18}
 TIMEOUT_SECONDS = 12
 PAUSE_SECONDS = 22
 # How much longer the worker stays paused, at most, for recovery to settle the node.
@@ -108,7 +112,9 @@ def test_a_worker_paused_inside_its_withdraw_past_lease_and_window_pays_once(
 ):
     exchange, _ = stalled
     kind, account = source.split("-")
-    exchange.add_fault(kind, "slow_before_accept", endpoint="withdraw", hold_seconds=HOLD_SECONDS)
+    exchange.add_fault(
+        kind, "slow_before_accept", endpoint="withdraw", hold_seconds=HOLD_SECONDS[kind]
+    )
     movement = create(creator, source=source, destination=destination)
 
     pid, row = _pause_the_worker_while_its_request_is_held(exchange, kind, movement)
@@ -120,10 +126,15 @@ def test_a_worker_paused_inside_its_withdraw_past_lease_and_window_pays_once(
             held = Reservation.objects.get(request=movement).state
             assert held != ReservationState.RELEASED, story(movement)
             time.sleep(0.5)
-        # Under CI load the reaper may run late. While the worker stays paused, another one
-        # must reap the node and recovery settle it from the exchange's evidence (the request
-        # was carried out after the hold): COMPLETED, never FAILED or RELEASED on the way.
+        # The lease the fence gave the call (its 12 s timeout, plus a margin) ran out well
+        # inside the pause: a reaper (every worker runs one on its own clock) moved the node
+        # on, and recovery held back from "never happened".
+        withdraw = MovementRequestNode.objects.get(request=movement, node_key="withdraw")
+        assert withdraw.node_state in (NodeState.UNKNOWN, NodeState.COMPLETED), story(movement)
 
+        # While the worker stays paused, recovery settles the node from the exchange's
+        # evidence (the request was carried out after the hold): COMPLETED, never FAILED or
+        # RELEASED on the way.
         settle_by = time.monotonic() + SETTLE_SECONDS
         while True:
             movement.refresh_from_db()

@@ -7,9 +7,9 @@ import pytest
 
 from movements.states import RequestState
 from qtg.core.venues import provide_venues
+from standins import local as standins_local
+from standins.local import evm as local
 from tests.venues.evm.conftest import settle, transfer
-from venues import local as venues_local
-from venues.evm import local
 from venues.evm.client import web3_for
 from venues.evm.config import evm_chain
 from venues.signing import forget_signers
@@ -29,7 +29,7 @@ def local_devchain(tmp_path, settings, monkeypatch):
         forget_signers()
         yield env
     finally:
-        venues_local.stop(processes)
+        standins_local.stop(processes)
         forget_signers()
 
 

@@ -10,9 +10,9 @@ from solders.keypair import Keypair
 
 from qtg.core.venues import provide_venues
 from reservations.services import hardcap_ensure
+from standins.local import solana as local
 from venues.models import ChainTransaction
 from venues.signing import forget_signers
-from venues.solana import local
 
 from .conftest import drive
 

@@ -1,45 +1,37 @@
 """The operator console: movement requests in the Django admin.
 
 Nothing here writes state. The movement page and the list are read-only; every change is an
-action (``movements.admin_actions``) that calls a service, after a confirmation page, and the
+action (``movements.admin.actions``) that calls a service, after a confirmation page, and the
 service authorises and refuses. What the console shows, hides and explains comes from the same
 policies the services enforce (``movements.policies``).
 """
 
 import json
-import uuid
-from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import CharField, OuterRef, Prefetch, Q, Subquery
+from django.db.models import CharField, OuterRef, Subquery
 from django.db.models.functions import Cast
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
-from django.utils.html import format_html, format_html_join
-from django.utils.timesince import timesince
+from django.utils.html import format_html
 
 from movements import audit, policies, public
-from movements.admin_actions import ACTIONS, ReasonForm, Situation, available_actions
-from movements.admin_controls import ApprovalInline, OverrideInline
-from movements.admin_filters import (
-    AssetFilter,
-    CreatedRangeFilter,
-    StateFilter,
-    TemplateFilter,
-    needs_me_q,
+from movements.admin.actions import ACTIONS, Situation
+from movements.admin.changelist import (
+    MovementChangelistAdmin,
+    format_amount,
+    node_state_badge,
+    request_state_badge,
 )
-from movements.admin_graph import NODE_COLOURS, REQUEST_COLOURS, plan_graph
+from movements.admin.controls import ApprovalInline, OverrideInline
+from movements.admin.graph import plan_graph
 from movements.models import (
-    MovementApproval,
-    MovementAttention,
     MovementEvent,
     MovementRequest,
     MovementRequestNode,
@@ -47,17 +39,12 @@ from movements.models import (
 )
 from movements.policies import Action, Rule
 from movements.selectors import current_nodes
-from movements.services import movement_approve, movement_reject
 from movements.states import IN_FLIGHT_NODE_STATES, RequestState
-from qtg.core import money
-from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
-from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
+from qtg.core.admin import ReadOnlyModelAdmin
 from qtg.core.errors import QTGError
 from qtg.core.policies import Refusal
 
-# A bulk action acts on at most this many movements at once (each is its own transaction).
-BULK_LIMIT = 500
 # How often a movement page reloads itself while something is in flight.
 QTG_PAGE_REFRESH_SECONDS = 5
 
@@ -68,29 +55,6 @@ def in_flight(movement: MovementRequest, nodes: list) -> bool:
     return movement.request_state in (RequestState.APPROVED, RequestState.EXECUTING) or any(
         node.node_state in IN_FLIGHT_NODE_STATES for node in nodes
     )
-
-
-def _badge(state: str, colours: dict[str, tuple[str, str]]) -> str:
-    background, colour = colours.get(state, ("#f1f5f9", "#334155"))
-    return format_html(
-        '<span class="qtg-badge" style="background:{};color:{};border-color:{}">{}</span>',
-        background,
-        colour,
-        colour,
-        state,
-    )
-
-
-def request_state_badge(state: str) -> str:
-    return _badge(state, REQUEST_COLOURS)
-
-
-def node_state_badge(state: str) -> str:
-    return _badge(state, NODE_COLOURS)
-
-
-def format_amount(amount: Decimal) -> str:
-    return money.format_amount(amount, grouping=True) or ""
 
 
 class ReadOnlyInline(BaseReadOnlyInline):
@@ -197,46 +161,8 @@ def reservation_of(movement: MovementRequest) -> Any:
         return None
 
 
-class MovementChangeList(ChangeList):
-    def apply_select_related(self, qs):
-        # The row actions need each movement's live nodes: one query for the whole page.
-        return (
-            super()
-            .apply_select_related(qs)
-            .prefetch_related(
-                Prefetch(
-                    "nodes",
-                    queryset=MovementRequestNode.objects.current().order_by("pk"),
-                    to_attr="live_nodes",
-                ),
-                Prefetch(
-                    "attentions",
-                    queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
-                    to_attr="open_attentions_list",
-                ),
-                Prefetch(
-                    "approvals",
-                    queryset=MovementApproval.objects.filter(void_at__isnull=True),
-                    to_attr="valid_approvals_list",
-                ),
-            )
-        )
-
-
 @admin.register(MovementRequest)
-class MovementRequestAdmin(ReadOnlyModelAdmin):
-    list_display_links = ("short_id",)
-    list_filter = (StateFilter, TemplateFilter, AssetFilter, CreatedRangeFilter)
-    list_select_related = ("created_by",)
-    list_per_page = 50
-    show_full_result_count = False
-    search_fields = ("idempotency_key",)
-    search_help_text = (
-        "Movement id (or its first 8 characters), idempotency key, or a node's external "
-        "reference (txid / withdrawal id)."
-    )
-    ordering = ("-created_at",)
-    actions = ("approve_selected", "reject_selected")
+class MovementRequestAdmin(MovementChangelistAdmin):
     inlines = (NodeInline, ApprovalInline, OverrideInline, EventInline)
     readonly_fields = ("amount_display", "approval_progress", "audit_chain")
     fieldsets = (
@@ -285,123 +211,17 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         ),
     )
 
-    # --- the list ---------------------------------------------------------------------------
+    # --- the movement page ------------------------------------------------------------------
 
     def get_inlines(self, request, obj):
         # Sections other apps add to the movement page (e.g. callback deliveries).
         return (*self.inlines, *public.movement_page_inlines())
-
-    def get_changelist(self, request, **kwargs):
-        return MovementChangeList
-
-    def get_list_display(self, request):
-        user = request.user
-
-        @admin.display(description="actions")
-        def row_actions(movement):
-            nodes = getattr(movement, "live_nodes", None)
-            if nodes is None:
-                nodes = current_nodes(movement)
-            return format_html_join(
-                " ",
-                '<a class="button qtg-action{}" href="{}">{}</a>',
-                (
-                    (
-                        " qtg-danger" if a.dangerous else "",
-                        self._action_url(movement, a.name),
-                        a.label,
-                    )
-                    for a in available_actions(Situation.of(movement, nodes, user))
-                ),
-            )
-
-        return (
-            "short_id",
-            "state_badge",
-            row_actions,
-            "amount_display",
-            "asset",
-            "template_key",
-            "created_by",
-            "age",
-            "frontier",
-        )
-
-    @admin.display(description="id", ordering="id")
-    def short_id(self, obj):
-        return obj.short_id
 
     @admin.display(description="audit chain")
     def audit_chain(self, obj) -> str:
         """Its events and approvals verified with the audit key and the checkpoints, or
         where the chain breaks (movements/audit.py)."""
         return audit.movement_chain_status(obj.pk)
-
-    @admin.display(description="approvals")
-    def approval_progress(self, obj) -> str:
-        """n of m approvals, and the groups still missing (the policy's quorum)."""
-        approvals = policies.valid_approvals(obj)
-        text = f"{len(approvals)} of {obj.approvals_required} approvals"
-        if missing := policies.missing_groups(obj, approvals):
-            text += f"; still needs someone from {', '.join(missing)}"
-        return text
-
-    @admin.display(description="state", ordering="request_state")
-    def state_badge(self, obj):
-        now = timezone.now()
-        entries = [
-            entry for entry in getattr(obj, "open_attentions_list", []) if entry.needs_someone(now)
-        ]
-        badge = request_state_badge(obj.request_state)
-        if obj.request_state == RequestState.PENDING_APPROVAL and obj.approvals_required > 1:
-            badge = format_html(
-                '{}<div class="qtg-progress">{}</div>', badge, self.approval_progress(obj)
-            )
-        if not entries:
-            return badge
-        flags = format_html_join(
-            "",
-            '<div class="qtg-warn" title="{}">⚑ {}: {}</div>',
-            ((e.message, e.get_reason_display(), e.node_key) for e in entries),
-        )
-        return format_html("{}{}", badge, flags)
-
-    @admin.display(description="amount", ordering="amount")
-    def amount_display(self, obj):
-        return format_amount(obj.amount)
-
-    @admin.display(description="age", ordering="-created_at")
-    def age(self, obj):
-        return timesince(obj.created_at, timezone.now()).split(",")[0]
-
-    @admin.display(description="frontier")
-    def frontier(self, obj):
-        return ", ".join(obj.current_frontier or []) or "—"
-
-    def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        match = Q(idempotency_key=term) | Q(
-            pk__in=MovementRequestNode.objects.filter(external_ref=term).values("request_id")
-        )
-        try:
-            match |= Q(pk=uuid.UUID(term))
-        except ValueError:
-            compact = term.replace("-", "")
-            if 8 <= len(compact) < 32 and all(c in "0123456789abcdefABCDEF" for c in compact):
-                match |= Q(pk__istartswith=term)
-        return queryset.filter(match), False
-
-    def changelist_view(self, request, extra_context=None):
-        extra_context = {
-            **(extra_context or {}),
-            "needs_me_count": MovementRequest.objects.filter(needs_me_q()).count(),
-            "needs_me_query": "?state=needs_me",
-        }
-        return super().changelist_view(request, extra_context)
-
-    # --- the movement page ------------------------------------------------------------------
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         movement = self.get_object(request, unquote(object_id))
@@ -464,12 +284,6 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
             else None,
             "node_count": len(situation.nodes),
         }
-
-    def _action_url(self, movement, name: str) -> str:
-        return reverse(
-            f"{self.admin_site.name}:movements_movementrequest_action",
-            args=[quote(movement.pk), name],
-        )
 
     def _change_url(self, movement) -> str:
         return reverse(
@@ -564,104 +378,6 @@ class MovementRequestAdmin(ReadOnlyModelAdmin):
         if refusal.code == Rule.FOUR_EYES:
             return f"{action.label}: four-eyes — you created this movement."
         return f"{action.label} is not possible now: the movement is {movement.request_state}."
-
-    # --- bulk approve / reject from the list --------------------------------------------------
-
-    def has_approve_permission(self, request):
-        return policies.permission_refusal(Actor.for_user(request.user), Action.APPROVE) is None
-
-    def has_reject_permission(self, request):
-        return policies.permission_refusal(Actor.for_user(request.user), Action.REJECT) is None
-
-    @admin.action(description="Approve selected movements…", permissions=["approve"])
-    def approve_selected(self, request, queryset):
-        return self._bulk(request, queryset, kind="approve")
-
-    @admin.action(description="Reject selected movements…", permissions=["reject"])
-    def reject_selected(self, request, queryset):
-        return self._bulk(request, queryset, kind="reject")
-
-    def _bulk(self, request, queryset, *, kind: str):
-        pks = list(queryset.order_by().values_list("pk", flat=True)[: BULK_LIMIT + 1])
-        if len(pks) > BULK_LIMIT:
-            self.message_user(
-                request,
-                f"Select at most {BULK_LIMIT} movements for a bulk {kind}.",
-                messages.ERROR,
-            )
-            return None
-        confirmed = request.POST.get("post") == "yes"
-        form = ReasonForm(request.POST if confirmed else None)
-        if confirmed and kind == "approve":
-            return self._bulk_perform(request, pks, kind=kind, reason="")
-        if confirmed and form.is_valid():
-            return self._bulk_perform(request, pks, kind=kind, reason=form.cleaned_data["reason"])
-        rows = list(
-            MovementRequest.objects.filter(pk__in=pks)
-            .select_related("created_by")
-            .order_by("-created_at")
-        )
-        actor, now = Actor.for_user(request.user), timezone.now()
-        eligible, skipped = [], []
-        for row in rows:
-            if kind == "approve":
-                refusal = policies.approve_refusal(actor=actor, movement=row, now=now)
-            else:
-                refusal = policies.reject_refusal(actor=actor, movement=row)
-            if refusal is None:
-                eligible.append(row)
-            else:
-                skipped.append((row, self._skip_reason(refusal, row)))
-        totals: dict[str, Decimal] = {}
-        for row in eligible:
-            totals[row.asset] = totals.get(row.asset, Decimal(0)) + row.amount
-        context = bulk_confirmation_context(
-            self,
-            request,
-            title=f"{kind.capitalize()} {len(eligible)} movements: are you sure?",
-            # The page always offers the form: the service refuses what cannot be done now.
-            has_items=True,
-            dangerous=kind == "reject",
-            kind=kind,
-            action=f"{kind}_selected",
-            selected=pks,
-            eligible=[(row, format_amount(row.amount)) for row in eligible],
-            skipped=[(row, format_amount(row.amount), why) for row, why in skipped],
-            totals=[(asset, format_amount(total)) for asset, total in sorted(totals.items())],
-            form=form if kind == "reject" else None,
-        )
-        return TemplateResponse(
-            request, "admin/movements/movementrequest/bulk_confirm.html", context
-        )
-
-    @staticmethod
-    def _skip_reason(refusal: Refusal, movement: MovementRequest) -> str:
-        """Why a selected movement is left out of a bulk action, in the console's words."""
-        if refusal.code == Rule.FOUR_EYES:
-            return "four-eyes: you created it"
-        if refusal.code == Rule.STATE:
-            return f"it is {movement.request_state}"
-        return refusal.message
-
-    def _bulk_perform(self, request, pks: list, *, kind: str, reason: str) -> None:
-        actor = Actor.for_user(request.user)
-        done, refused = 0, []
-        for pk in pks:
-            try:
-                if kind == "approve":
-                    movement_approve(request=pk, actor=actor)
-                else:
-                    movement_reject(request=pk, actor=actor, reason=reason)
-                done += 1
-            except QTGError as exc:
-                refused.append(f"{str(pk)[:8]}: {exc.message}")
-        verb = "Approved" if kind == "approve" else "Rejected"
-        if done:
-            self.message_user(request, f"{verb} {done} movement(s).", messages.SUCCESS)
-        if refused:
-            shown = "; ".join(refused[:10]) + (" …" if len(refused) > 10 else "")
-            self.message_user(request, f"{len(refused)} refused — {shown}", messages.ERROR)
-        return None
 
 
 @admin.register(RouteTemplate)

@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 from django.conf import settings
 
+from standins.processes import wait_listening
+
 log = logging.getLogger(__name__)
 
 # venue name -> (the stand-in's venue, env variable prefix)
@@ -113,8 +115,6 @@ def start(env: dict[str, str], var_dir: Path) -> list[subprocess.Popen[str]]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    from standins.processes import wait_listening  # test support: only under QTG_VENUES=local
-
     base_url = wait_listening(process, what="the local exchange", timeout=STARTUP_TIMEOUT_SECONDS)
     config_file = var_dir / "exchanges.yaml"
     _private_file(config_file, exchanges_config(base_url, standin))

@@ -1,6 +1,6 @@
 """``QTG_VENUES=local``: CCTP across two local devchains, for ``make run``.
 
-``start(env, var_dir)`` runs after the EVM adapter's own (``venues.evm.local``: the anvil chain
+``start(env, var_dir)`` runs after the EVM adapter's (``standins.local.evm``: the anvil chain
 ``devchain``, id 31337, and its ``treasury`` account). It makes sure two devchains run —
 ``devchain`` (chain id 31337, CCTP domain 0; the EVM adapter's, reused under its name, or
 started here) and ``devchain-b`` (31338, domain 3, started here; automine while the contracts
@@ -104,7 +104,7 @@ def _forget_old_chains(names: list[str]) -> None:
         chain_transaction_transition(
             chain_transaction_id=tx.pk,
             to_state=target or TxState.FAILED,
-            actor=Actor.system("venues.cctp.local"),
+            actor=Actor.system("standins.local.cctp"),
             evidence={"finding": "the local devchain of an earlier run is gone"},
         )
 
@@ -236,7 +236,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
         env[IRIS_URL_ENV] = iris_url
         config["iris_url_env"] = IRIS_URL_ENV
         path.write_text(
-            "# Written by venues.evm.local and venues.cctp.local for QTG_VENUES=local.\n"
+            "# Written by standins.local.evm and standins.local.cctp for QTG_VENUES=local.\n"
             + yaml.safe_dump(config, sort_keys=False)
         )
         env["QTG_CHAINS_CONFIG"] = str(path)

@@ -21,7 +21,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from movements.admin_actions import reservation_note
+from movements.admin.actions import reservation_note
 from movements.models import (
     AddressBookEntry,
     ApprovalPolicy,

@@ -9,13 +9,14 @@ policy has no refusal for the user and explains a refusal with it; the service c
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from movements import policies
+from movements import policies, selectors
 from movements.models import MovementRequest, MovementRequestNode, OverrideAction
 from movements.policies import Action
 from movements.services import (
@@ -34,7 +35,7 @@ from movements.services.attention import (
     attention_snooze,
     attention_stop_watching,
 )
-from movements.services.lifecycle import UNKNOWN_OUTCOMES
+from movements.services.interventions import UNKNOWN_OUTCOMES
 from movements.services.overrides import override_propose
 from qtg.core.actors import Actor
 from qtg.core.policies import Refusal
@@ -235,17 +236,41 @@ def _resolve(
 @dataclass(frozen=True)
 class Situation:
     """What the console knows when it asks an action's policy: who asks, the movement, its live
-    nodes, the time, and (when the operator picks one) the node."""
+    nodes, the time, and (when the operator picks one) the node; the other facts a policy
+    takes are read on first use (``movements.selectors``)."""
 
     actor: Actor
     movement: MovementRequest
     nodes: Nodes
     now: datetime
     node_key: str | None = None
+    # The asking user's groups, when the caller read them once for many movements (a list).
+    known_groups: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, movement: MovementRequest, nodes: Nodes, user: Any) -> "Situation":
-        return cls(Actor.for_user(user), movement, nodes, timezone.now())
+    def of(
+        cls,
+        movement: MovementRequest,
+        nodes: Nodes,
+        user: Any,
+        *,
+        groups: tuple[str, ...] | None = None,
+    ) -> "Situation":
+        return cls(Actor.for_user(user), movement, nodes, timezone.now(), known_groups=groups)
+
+    @cached_property
+    def approvals(self) -> list[Any]:
+        return selectors.valid_approvals(self.movement)
+
+    @cached_property
+    def groups(self) -> tuple[str, ...]:
+        if self.known_groups is not None:
+            return self.known_groups
+        return tuple(selectors.actor_groups(self.actor))
+
+    @cached_property
+    def open_attention_keys(self) -> list[str]:
+        return selectors.open_attention_keys(self.movement)
 
 
 @dataclass(frozen=True)
@@ -303,7 +328,11 @@ ACTIONS: dict[str, MovementAction] = {
             label="Approve",
             what_happens="The movement is approved and its first steps become ready to run.",
             refusal=lambda s: policies.approve_refusal(
-                actor=s.actor, movement=s.movement, now=s.now
+                actor=s.actor,
+                movement=s.movement,
+                now=s.now,
+                approvals=s.approvals,
+                approver_groups=s.groups,
             ),
             perform=movement_approve,
         ),
@@ -394,7 +423,10 @@ ACTIONS: dict[str, MovementAction] = {
             what_happens="Nobody is asked about this node until the time you give; the movement "
             "leaves Needs me until then.",
             refusal=lambda s: policies.attention_refusal(
-                actor=s.actor, movement=s.movement, node_key=s.node_key
+                actor=s.actor,
+                movement=s.movement,
+                open_attention_keys=s.open_attention_keys,
+                node_key=s.node_key,
             ),
             perform=attention_snooze,
             form_class=SnoozeForm,
@@ -406,7 +438,10 @@ ACTIONS: dict[str, MovementAction] = {
             what_happens="The entry is closed with your note. If the node is still waiting, it "
             "is raised again only after another full wait.",
             refusal=lambda s: policies.attention_refusal(
-                actor=s.actor, movement=s.movement, node_key=s.node_key
+                actor=s.actor,
+                movement=s.movement,
+                open_attention_keys=s.open_attention_keys,
+                node_key=s.node_key,
             ),
             perform=attention_resolve,
             form_class=ResolveAttentionForm,

@@ -1,6 +1,7 @@
-"""``make run`` under ``QTG_VENUES=local``: an anvil devchain as a child process, a 6-decimal
-test USDC deployed on it, and a chains config naming it (account ``treasury``: anvil's dev
-account 1, holding the token; its key is the public dev mnemonic's, never a real one).
+"""``QTG_VENUES=local make run`` (``standins.local``): an anvil devchain as a child process, a
+6-decimal test USDC deployed on it, and a chains config naming it (account ``treasury``:
+anvil's dev account 1, holding the token; its key is the public dev mnemonic's, never a real
+one).
 
 The product reaches the chain through two endpoints, each a fault-playing RPC proxy in front
 of anvil (``standins.rpc_proxy`` as a child process): ``QTG_DEVCHAIN_RPC_URL`` (the primary)
@@ -39,7 +40,6 @@ MINTED_USDC = 1_000_000  # whole tokens for the treasury
 def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
     """Start anvil, deploy the token, write ``var_dir/chains.yaml`` and point ``env`` at it;
     returns the anvil process (stopped by ``make run`` at the end)."""
-    import standins  # noqa: F401  (web3 under the process's recursion limit)
     from standins.anvil import Anvil
     from standins.contracts import deploy_test_token, transact
 
@@ -68,7 +68,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
         }
         path = var_dir / "chains.yaml"
         path.write_text(
-            "# Written by venues.evm.local for QTG_VENUES=local (the anvil devchain).\n"
+            "# Written by standins.local.evm for QTG_VENUES=local (the anvil devchain).\n"
             + yaml.safe_dump(config, sort_keys=False)
         )
         # Blocks every second, so confirmations accumulate without anyone sending.

@@ -1,15 +1,20 @@
 """``QTG_VENUES=local``: the stand-ins run as child processes of ``make run``.
 
-Each adapter that has a stand-in offers ``venues.<adapter>.local.start(env, var_dir)``: it
-starts its stand-in (anvil, the local exchange, ...), prepares it (deploys contracts, funds the
-demo accounts), writes the configuration the product reads, adds the environment the web,
-worker and beat processes need to ``env``, and returns the processes to stop at the end.
+The one entry is ``python -m standins.local`` (what ``QTG_VENUES=local make run`` and ``make
+run-local`` run): it hands :func:`start_standins` to movements' ``run_embedded`` through the
+port for local services (``movements.ports.provide_embedded_services``) and runs that command,
+so no product module imports the stand-ins.
+
+Each real-venue adapter that has a stand-in has a launcher here (``standins.local.evm``,
+``cex``, ``cctp``, ``solana``) with ``start(env, var_dir)``: it starts its stand-in (anvil, the
+local exchange, ...), prepares it (deploys contracts, funds the demo accounts), writes the
+configuration the product reads, adds the environment the web, worker and beat processes need
+to ``env``, and returns the processes to stop at the end.
 """
 
 import logging
 import os
 from importlib import import_module
-from importlib.util import find_spec
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
@@ -22,9 +27,19 @@ from venues.apps import installed_adapters
 
 log = logging.getLogger(__name__)
 
+# adapter -> its stand-in's launcher; they start in the adapters' order (CCTP reuses the EVM
+# adapter's devchain, Solana extends the chains file the others wrote).
+LAUNCHERS = {
+    "venues.evm": "standins.local.evm",
+    "venues.cex": "standins.local.cex",
+    "venues.cctp": "standins.local.cctp",
+    "venues.solana": "standins.local.solana",
+}
+
 
 def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
-    """Start every adapter's stand-in when ``QTG_VENUES`` is ``local`` (nothing otherwise)."""
+    """Start every installed adapter's stand-in when ``QTG_VENUES`` is ``local`` (nothing
+    otherwise)."""
     if settings.QTG_VENUES != "local":
         return []
     var_dir = Path(settings.VAR_DIR) / "standins"
@@ -32,9 +47,8 @@ def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
     started: list[Popen[Any]] = []
     try:
         for adapter in installed_adapters():
-            if find_spec(f"{adapter}.local") is None:
-                continue
-            started.extend(import_module(f"{adapter}.local").start(env, var_dir))
+            if adapter in LAUNCHERS:
+                started.extend(import_module(LAUNCHERS[adapter]).start(env, var_dir))
     except BaseException:
         stop(started)
         raise
