@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 from web3.logs import DISCARD
 
 from movements.models import MovementEvent
@@ -198,6 +199,9 @@ def test_a_v2_transfer_moves_amount_out_and_amount_minus_fee_in(
         supply(b),
     )
 
+    labels = {"version": "2", "threshold": str(threshold)}
+    latencies = REGISTRY.get_sample_value("qtg_cctp_attestation_seconds_count", labels) or 0
+
     request = create(creator, bob, template=template, max_fee=max_fee)
     request = settle(request, [chain_a, chain_b])
 
@@ -224,6 +228,8 @@ def test_a_v2_transfer_moves_amount_out_and_amount_minus_fee_in(
     assert observed["amount_received"] == str(Decimal(UNITS - fee) / 10**6)
     txs = ChainTransaction.objects.filter(movement=request).order_by("id")
     assert [tx.state for tx in txs] == [TxState.FINALIZED] * len(txs)
+    # The attestation latency was measured once (burn block to accepted attestation).
+    assert REGISTRY.get_sample_value("qtg_cctp_attestation_seconds_count", labels) == latencies + 1
     # The reservation (and every hardcap's sum) counts what left the source: the whole amount,
     # the fee included, consumed once the money left.
     reservation = request.reservation
