@@ -540,6 +540,21 @@ class CctpV2Mint(CctpMint):
             data="0x" + data.hex(),
         )
 
+    def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
+        """Before anything is signed: the burn must still be in the source's canonical chain (a
+        fast transfer is attested before the source finalizes; a reorg since then holds the
+        mint, and the burn's stored bytes are re-broadcast by one look at its transactions)."""
+        burn_node = _upstream(ctx, executor="cctp_v2_burn")
+        source = _v2(str(burn_node.config.get("chain") or ""))
+        if burn_messages_v2(source, burn_node.external_ref) is None:
+            look = _burn_node_track(source.name, burn_node.external_ref)
+            raise TransientError(
+                f"the burn {burn_node.external_ref} is not in {source.name}'s canonical chain: "
+                "the mint waits for it to be back",
+                evidence={"burn_track": look.status if look else "unknown", "held": "mint"},
+            )
+        return super().before_first_nonce(ctx, call)
+
     def _already_minted(self, ctx: ExecutionContext) -> str | None:
         chain = _v2(str(ctx.config.get("chain") or ""))
         message = MessageV2.parse(self._attested(ctx)[0])

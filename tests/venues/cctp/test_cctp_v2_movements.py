@@ -8,6 +8,7 @@ import multiprocessing
 import time
 from decimal import Decimal
 
+import httpx
 import pytest
 import yaml
 from prometheus_client import REGISTRY
@@ -424,3 +425,45 @@ def test_a_v2_movement_above_the_burn_limit_per_message_is_refused_at_create(
     assert "above the per-message burn limit of 10 USDC" in request.failure_reason
     assert not request.nodes.exists()
     assert not ChainTransaction.objects.exists()
+
+
+def test_a_fast_burn_attested_then_reorged_is_held_and_minted_once(
+    venues_on, iris, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
+):
+    """Iris has signed the fast message (at `safe`) when a reorg removes the burn before the
+    source finalizes, and keeps serving that attestation: QTG does not mint on a burn that is
+    gone; the burn's own bytes go again, the re-included burn carries the same attested
+    message, and it is minted once."""
+    (a, b), (_, b2) = cctp, cctp_v2
+    treasury = chain_a.accounts[1].address
+    before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
+    reorged, served_after = [], []
+
+    def attest_then_reorg():
+        if reorged or node(request, "burn").node_state != "COMPLETED":
+            return
+        burn = ChainTransaction.objects.get(node__node_key="burn")
+        url = f"{iris.url}/v2/messages/{DOMAIN_A}"
+        params = {"transactionHash": burn.tx_hash}
+        (entry,) = httpx.get(url, params=params, timeout=10).json()["messages"]
+        assert entry["status"] == "complete"  # signed at `safe`, before finality
+        assert chain_a.block_number("finalized") < burn.block_number
+        chain_a.reorg(chain_a.block_number() - burn.block_number + 1)
+        reorged.append(burn.tx_hash)
+        (entry,) = httpx.get(url, params=params, timeout=10).json()["messages"]
+        served_after.append(entry["status"])
+
+    request = create(creator, bob, template="cctp_v2_fast", max_fee="0.01")
+    request = settle(request, [chain_a, chain_b], each=attest_then_reorg, timeout=90)
+    assert reorged
+    assert served_after == ["complete"]  # the attestation outlived the burn
+
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    (burn_tx,) = ChainTransaction.objects.filter(movement=request, node__node_key="burn")
+    assert burn_tx.tx_hash == reorged[0] and burn_tx.state == TxState.FINALIZED
+    assert a.usdc_balance(treasury) == before_a - UNITS  # burned once
+    assert b.usdc_balance(bob) == before_b + UNITS - FAST_FEE  # minted once
+    assert len(v2_mints(b2, attested(request).nonce)) == 1
+    held = MovementEvent.objects.filter(request=request, node_key="attestation_observe")
+    assert any("held" in (e.detail or {}) for e in held)
+    assert_history_replays(request)
