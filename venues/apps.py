@@ -15,6 +15,12 @@ EXECUTORS = {
     "venues.evm.executors": ("evm_transfer", "evm_transfer_observe", "chain_tx_observe"),
     "venues.cex.executors": ("cex_withdraw", "cex_withdrawal_observe", "cex_deposit_observe"),
     "venues.cctp.executors": ("cctp_burn", "cctp_mint", "cctp_attestation_observe"),
+    "venues.cctp.executors_v2": (
+        "cctp_v2_burn",
+        "cctp_v2_attestation_observe",
+        "cctp_v2_mint",
+        "cctp_v2_burn_final_observe",
+    ),
     "venues.solana.executors": ("solana_transfer", "solana_transfer_observe"),
 }
 PROVIDER = "venues"
@@ -40,8 +46,10 @@ class VenuesConfig(AppConfig):
                 import_module(f"{adapter}.family").register()
         for adapter in installed_adapters():
             module = f"{adapter}.executors"
-            for name in EXECUTORS.get(module, ()):
-                registry.declare(name, provider=PROVIDER, module=module)
+            for declared, names in EXECUTORS.items():
+                if declared.startswith(adapter + ".") and find_spec(declared) is not None:
+                    for name in names:
+                        registry.declare(name, provider=PROVIDER, module=declared)
             if module not in EXECUTORS and find_spec(module) is not None:
                 import_module(module)  # an adapter without a declaration registers now
         if find_spec("venues.evm") is not None:

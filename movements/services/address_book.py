@@ -78,6 +78,8 @@ DESTINATION_NETWORK: dict[str, Callable[[dict[str, Any]], str]] = {
     "evm_transfer": _transfer_chain,
     "sol_transfer": _transfer_chain,
     "cctp": _mint_chain,
+    "cctp_v2": _mint_chain,
+    "cctp_v2_fast": _mint_chain,
 }
 
 

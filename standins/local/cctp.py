@@ -6,9 +6,12 @@
 started here) and ``devchain-b`` (31338, domain 3, started here; automine while the contracts
 deploy, then a block every second so that confirmations accumulate) — deploys the CCTP
 stand-in contracts on both and links them, mints demo USDC to ``treasury`` on ``devchain``,
-starts the Iris stand-in (``python -m standins.iris``) watching both chains with a local
-attester key, and writes the chain configuration (the EVM adapter's file, else
-``var_dir/chains.yaml``) with each chain's ``cctp`` block and ``iris_url_env``. On
+deploys CCTP V2 (TokenMessengerV2 / MessageTransmitterV2 of the stand-in, minting the same
+USDC, fees to dev account 5) beside V1 on both and links them, starts the Iris stand-in
+(``python -m standins.iris``) watching both chains' V1 and V2 transmitters with a local attester
+key, Circle's rate limit and a fee schedule (fast 1 bp, standard 0), and writes the chain
+configuration (the EVM adapter's file, else ``var_dir/chains.yaml``) with each chain's ``cctp``
+block (V1 and V2 addresses) and ``iris_url_env``. On
 ``devchain-b`` the account ``relayer`` submits mints and ``vault`` (no key) receives the
 demo's. Nonce cursors and in-flight transactions an earlier run left for these chain names
 are forgotten (the chains are new, the database is not). The dev accounts' keys are anvil's
@@ -125,7 +128,9 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
 
     from standins.anvil import Anvil, dev_accounts, free_port
     from standins.cctp import CctpDomain, deploy_cctp, link
+    from standins.cctp_v2 import CctpV2Domain, deploy_cctp_v2, link_v2
     from standins.iris import SourceDomain, write_config
+    from standins.iris_v2 import FeeSchedule, RateLimit
     from venues.ethlib import Account, Web3
 
     started: list[Popen[Any]] = []
@@ -137,6 +142,7 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
     os.chmod(key_file, 0o600)
     attester = Account.from_key(attester_key).address
     deployed: dict[str, tuple[LocalChain, CctpDomain, str]] = {}
+    deployed_v2: dict[str, CctpV2Domain] = {}
     ours: list[Anvil] = []
     try:
         for spec in CHAINS:
@@ -160,8 +166,17 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
             w3 = Web3(Web3.HTTPProvider(url, request_kwargs={"timeout": 30}))
             domain = deploy_cctp(w3, accounts[0], domain=spec.domain, attester=attester)
             deployed[name] = (spec, domain, url)
+            deployed_v2[name] = deploy_cctp_v2(
+                w3,
+                accounts[0],
+                domain=spec.domain,
+                attester=attester,
+                usdc=domain.usdc,
+                fee_recipient=accounts[5].address,
+            )
         (source_name, (_, a, _)), (_, (_, b, _)) = deployed.items()
         link(a, b)
+        link_v2(*deployed_v2.values())
         _forget_old_chains(list(deployed))
 
         for name, (spec, domain, _) in deployed.items():
@@ -181,6 +196,8 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
                 "token_messenger": domain.messenger.address,
                 "message_transmitter": domain.transmitter.address,
                 "usdc": domain.usdc.address,
+                "token_messenger_v2": deployed_v2[name].messenger.address,
+                "message_transmitter_v2": deployed_v2[name].transmitter.address,
             }
             if spec.account == RELAYER:
                 entry["cctp"]["relayer"] = RELAYER
@@ -196,12 +213,16 @@ def start(env: dict[str, str], var_dir: Path) -> list[Popen[Any]]:
         write_config(
             iris_config,
             domains={
-                d.domain: SourceDomain(url, d.transmitter.address)
-                for _, d, url in deployed.values()
+                d.domain: SourceDomain(
+                    url, d.transmitter.address, deployed_v2[name].transmitter.address
+                )
+                for name, (_, d, url) in deployed.items()
             },
             attester_key_file=key_file,
             confirmations=CONFIRMATIONS,
             port=port,
+            fees=FeeSchedule(),
+            rate_limit=RateLimit(),
         )
         iris = subprocess.Popen(
             [sys.executable, "-m", "standins.iris", "--config", str(iris_config)],

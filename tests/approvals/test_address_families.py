@@ -130,6 +130,8 @@ EXPECTED_PARAM = {
     "evm_transfer": "chain",
     "sol_transfer": "chain",
     "cctp": "destination_chain",
+    "cctp_v2": "destination_chain",
+    "cctp_v2_fast": "destination_chain",
 }
 
 

@@ -13,6 +13,8 @@ An EVM chain that CCTP serves carries, beside what the EVM adapter reads::
           usdc: "0x..."                   # the USDC burned and minted here
           relayer: ops                    # optional: the account that submits mints here
           log_lookback_blocks: 10000      # optional: how far back a mint's log is looked for
+          token_messenger_v2: "0x..."     # optional: CCTP V2's TokenMessengerV2 (cctp_v2*)
+          message_transmitter_v2: "0x..." # optional: CCTP V2's MessageTransmitterV2
     iris_url_env: QTG_IRIS_URL            # the variable holding the attestation service's URL
 
 Addresses are public: they live in the file. The Iris URL is named by a variable (Circle's
@@ -45,6 +47,12 @@ class CctpChain:
     relayer: str  # the account that submits mints on this chain ('' : see CctpMint)
     log_lookback_blocks: int
     entry: dict[str, Any]  # the chain's whole entry (the EVM adapter reads the rest)
+    token_messenger_v2: str = ""  # CCTP V2 ('' : V2 is not deployed here)
+    message_transmitter_v2: str = ""
+
+    @property
+    def has_v2(self) -> bool:
+        return bool(self.token_messenger_v2 and self.message_transmitter_v2)
 
 
 def _address(value: Any, where: str) -> str:
@@ -84,8 +92,19 @@ def cctp_chains() -> dict[str, CctpChain]:
             str(block.get("relayer") or ""),
             _lookback(block.get("log_lookback_blocks", DEFAULT_LOOKBACK_BLOCKS), where),
             dict(entry),
+            *_v2_addresses(block, where),
         )
     return found
+
+
+def _v2_addresses(block: dict[str, Any], where: str) -> tuple[str, str]:
+    messenger, transmitter = block.get("token_messenger_v2"), block.get("message_transmitter_v2")
+    if not messenger and not transmitter:
+        return "", ""
+    return (
+        _address(messenger, f"{where}.token_messenger_v2"),
+        _address(transmitter, f"{where}.message_transmitter_v2"),
+    )
 
 
 def cctp_chain(name: str) -> CctpChain:

@@ -119,7 +119,7 @@ class CctpAttestationObserve(Executor):
         if not tx_hash:
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "burn"})
         detail: dict[str, Any] = {"burn_tx_hash": tx_hash, "source_domain": source.domain}
-        with IrisClient(iris_url()) as iris:
+        with IrisClient(iris_url(), shared_bucket=True) as iris:
             messages = iris.messages(source.domain, tx_hash)
         if not messages:
             return Observation(

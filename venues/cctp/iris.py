@@ -12,13 +12,24 @@ What it answers, translated into the executor error taxonomy:
   when there is one (a 429 without one waits :data:`RATE_LIMIT_BLOCK_SECONDS`, Circle's
   documented block), so the worker asks again no earlier;
 - any other 4xx: the request itself is wrong and will stay wrong: :class:`DeterministicError`.
+
+CCTP V2 adds ``GET /v2/burn/USDC/fees/{src}/{dst}`` (the minimum fee per finality threshold, in
+basis points of the amount) and ``POST /v2/reattest/{nonce}``.
+
+Every worker process shares one request budget per Iris service (``shared_bucket``): Circle
+allows 35 requests a second and blocks a caller that exceeds it for 5 minutes, so each request
+first takes a token of a bucket kept in the database (the exchange's ``CexRateBucket`` pattern,
+keyed ``iris:<url>``), and a 429 blocks the bucket, for every worker, for the block period.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -28,6 +39,12 @@ from movements.executors.base import DeterministicError, TransientError
 
 # Circle: "exceeding the limit blocks all API requests for the next 5 minutes" (HTTP 429).
 RATE_LIMIT_BLOCK_SECONDS = 300.0
+# Circle's limit is 35 requests in a second; a token bucket lets through at most
+# burst + rate requests in any one second, so 15 + 15 = 30 keeps a margin under it.
+IRIS_BUDGET_PER_SECOND = 15.0
+IRIS_BUDGET_BURST = 15.0
+# A wait for a token shorter than this is slept through; longer is a TransientError.
+MAX_IN_PROCESS_WAIT = 2.0
 COMPLETE = "complete"
 PENDING = "pending_confirmations"
 _HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})+$")
@@ -104,8 +121,10 @@ class IrisClient:
         *,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        shared_bucket: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.shared_bucket = shared_bucket
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
@@ -122,26 +141,98 @@ class IrisClient:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def messages(self, source_domain: int, tx_hash: str) -> list[IrisMessage]:
-        """The messages ``tx_hash`` emitted on ``source_domain`` (empty while Iris knows none)."""
-        path = f"/v2/messages/{int(source_domain)}"
-        evidence = {"iris": self.base_url + path, "transaction_hash": tx_hash}
+    # --- the shared budget ------------------------------------------------------------------
+
+    @property
+    def bucket_key(self) -> str:
+        return ("iris:" + self.base_url)[:64]
+
+    def _take(self, evidence: dict[str, Any]) -> None:
+        """One token of the budget every worker shares (a no-op without ``shared_bucket``)."""
+        if not self.shared_bucket:
+            return
+        from venues.cex import ratelimit
+
+        budget = ratelimit.Budget(IRIS_BUDGET_PER_SECOND, IRIS_BUDGET_BURST)
+        while (wait := ratelimit.take(self.bucket_key, budget)) > 0:
+            if wait > MAX_IN_PROCESS_WAIT:
+                raise TransientError(
+                    "Iris budget exhausted or blocked: not asking",
+                    evidence={**evidence, "bucket": self.bucket_key, "wait_seconds": wait},
+                    retry_after=wait,
+                )
+            time.sleep(wait)
+
+    def _blocked(self, seconds: float) -> None:
+        if not self.shared_bucket:
+            return
+        from venues.cex import ratelimit
+
+        budget = ratelimit.Budget(IRIS_BUDGET_PER_SECOND, IRIS_BUDGET_BURST)
+        ratelimit.block(self.bucket_key, budget, seconds=seconds, reason="Iris answered 429")
+
+    def _send(self, method: str, path: str, evidence: dict[str, Any], **kwargs: Any):
+        self._take(evidence)
         try:
-            response = self._client.get(path, params={"transactionHash": tx_hash})
+            response = self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise TransientError(
                 f"Iris unreachable: {type(exc).__name__}: {exc}", evidence=evidence
             ) from exc
         evidence["http_status"] = response.status_code
+        if response.status_code == 429:
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            seconds = RATE_LIMIT_BLOCK_SECONDS if retry_after is None else retry_after
+            self._blocked(seconds)
+            raise TransientError("Iris rate limit (429)", evidence=evidence, retry_after=seconds)
+        return response
+
+    # --- V2 endpoints ------------------------------------------------------------------------
+
+    def fee_bps(self, source_domain: int, destination_domain: int) -> dict[int, Decimal]:
+        """``GET /v2/burn/USDC/fees/{src}/{dst}``: the minimum fee (basis points of the amount)
+        per finality threshold."""
+        path = f"/v2/burn/USDC/fees/{int(source_domain)}/{int(destination_domain)}"
+        evidence: dict[str, Any] = {"iris": self.base_url + path}
+        response = self._send("GET", path, evidence)
+        if response.status_code >= 500:
+            raise TransientError(f"Iris answered {response.status_code}", evidence=evidence)
+        if response.status_code != 200:
+            raise DeterministicError(
+                f"Iris refused the fee query ({response.status_code}): {response.text[:300]}",
+                evidence=evidence,
+            )
+        try:
+            body = response.json()
+            return {
+                int(entry["finalityThreshold"]): Decimal(str(entry["minimumFee"])) for entry in body
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TransientError("Iris answered a malformed fee schedule") from exc
+
+    def reattest(self, nonce: str) -> dict[str, Any]:
+        """``POST /v2/reattest/{nonce}``: ask Circle to re-sign a message (a fast message as
+        finalized, or an expired one with a new expiration)."""
+        path = f"/v2/reattest/{nonce}"
+        evidence: dict[str, Any] = {"iris": self.base_url + path}
+        response = self._send("POST", path, evidence)
+        if response.status_code >= 500:
+            raise TransientError(f"Iris answered {response.status_code}", evidence=evidence)
+        if response.status_code != 200:
+            raise DeterministicError(
+                f"Iris refused the re-attestation ({response.status_code}): {response.text[:300]}",
+                evidence=evidence,
+            )
+        return response.json()
+
+    def messages(self, source_domain: int, tx_hash: str) -> list[IrisMessage]:
+        """The messages ``tx_hash`` emitted on ``source_domain`` (empty while Iris knows none)."""
+        path = f"/v2/messages/{int(source_domain)}"
+        evidence = {"iris": self.base_url + path, "transaction_hash": tx_hash}
+        response = self._send("GET", path, evidence, params={"transactionHash": tx_hash})
         if response.status_code == 404:
             return []
         retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-        if response.status_code == 429:
-            raise TransientError(
-                "Iris rate limit (429)",
-                evidence=evidence,
-                retry_after=RATE_LIMIT_BLOCK_SECONDS if retry_after is None else retry_after,
-            )
         if response.status_code >= 500:
             raise TransientError(
                 f"Iris answered {response.status_code}",
@@ -161,3 +252,9 @@ class IrisClient:
         if not isinstance(entries, list):
             raise TransientError("Iris answered without a messages list", evidence=evidence)
         return [parse_message(entry) for entry in entries]
+
+
+def fee_units(units: int, bps: Decimal) -> int:
+    """The fee on ``units`` at ``bps`` basis points, rounded up to a whole unit (as Circle
+    charges it: the attester never charges less than the schedule)."""
+    return math.ceil(Decimal(units) * bps / Decimal(10_000))

@@ -141,6 +141,17 @@ LOCAL_DEMO_MOVEMENTS: list[tuple[str, str, str, str, str, str, dict[str, Any], b
         "CCTP burn on devchain, attestation, mint on devchain-b",
     ),
     (
+        "local-cctp-v2-fast-1",
+        "cctp_v2_fast",
+        "USDC",
+        "30.000001",
+        "treasury",
+        "vault",
+        {"source_chain": "devchain", "destination_chain": "devchain-b", "max_fee": "0.01"},
+        True,
+        "CCTP V2 fast transfer: burn with maxFee, attested at safe, amount - fee minted",
+    ),
+    (
         "local-sol-1",
         "sol_transfer",
         "SOL",

@@ -19,7 +19,7 @@ from venues.cctp.executors import CctpAttestationObserve
 
 from .conftest import DOMAIN_B, IRIS_CONFIRMATIONS, USDC
 
-pytestmark = [pytest.mark.devchain, pytest.mark.standin]
+pytestmark = [pytest.mark.devchain, pytest.mark.standin, pytest.mark.django_db]
 
 
 def burn(cctp, chain_a, chain_b, amount):

@@ -91,6 +91,15 @@ def test_two_chains_cctp_and_iris_from_one_call(started, settings, monkeypatch):
     b.receive_message(dev_accounts()[3], raw, bytes.fromhex(message["attestation"][2:]))
     assert b.usdc_balance(recipient) == 5 * 10**6
 
+    # CCTP V2 beside V1 (the seeded V2 fast transfer runs on it): configured, and Iris quotes
+    # its fees through the product's client.
+    from venues.cctp.iris import IrisClient
+
+    assert chains["devchain"].has_v2 and chains["devchain-b"].has_v2
+    assert chains["devchain"].token_messenger_v2 != chains["devchain"].token_messenger
+    with IrisClient(env["QTG_IRIS_URL"]) as iris:
+        assert iris.fee_bps(0, 3) == {1000: 1, 2000: 0}
+
 
 def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
     from qtg.core.actors import Actor
@@ -132,3 +141,63 @@ def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
         assert ChainTransaction.objects.filter(state=TxState.CREATED).count() == 0
     finally:
         standins_local.stop(processes)
+
+
+def test_the_seeded_v2_fast_transfer_completes_on_the_local_stand_ins(
+    started, settings, monkeypatch, creator
+):
+    """``QTG_VENUES=local make run`` seeds ``local-cctp-v2-fast-1``: created as the seed does,
+    run by the worker services on the chains and Iris ``local.start`` brought up, it completes
+    with amount - fee at ``vault``."""
+    from decimal import Decimal
+
+    from movements.services import movement_approve, movement_create
+    from movements.states import RequestState
+    from qtg.core.actors import Actor
+    from qtg.core.venues import provide_venues
+    from sandbox.management.commands.seed_demo import LOCAL_DEMO_MOVEMENTS
+    from tests.execution.conftest import run_workers_once
+    from venues.signing import forget_signers
+
+    env, _ = started
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings.QTG_CHAINS_CONFIG = env["QTG_CHAINS_CONFIG"]
+    settings.QTG_VENUES = "local"
+    settings.QTG_EXECUTOR_DEFAULT_PROVIDER = "venues"
+    settings.QTG_OBSERVE_POLL_SECONDS = 0
+    forget_signers()
+    (seeded,) = [m for m in LOCAL_DEMO_MOVEMENTS if m[0] == "local-cctp-v2-fast-1"]
+    _, template, asset, amount, source, destination, params, _, _ = seeded
+    provide_venues([source, destination])
+    written = yaml.safe_load(Path(env["QTG_CHAINS_CONFIG"]).read_text())
+    b_cctp = written["chains"]["devchain-b"]["cctp"]
+    vault = written["chains"]["devchain-b"]["accounts"]["vault"]["address"]
+    w3b = Web3(Web3.HTTPProvider(env[written["chains"]["devchain-b"]["rpc_url_env"]]))
+    usdc_b = at(w3b, "StandinUSDC", b_cctp["usdc"])
+    before = usdc_b.functions.balanceOf(vault).call()
+
+    request = movement_create(
+        template=template,
+        asset=asset,
+        amount=amount,
+        source=source,
+        destination=destination,
+        params=params,
+        actor=Actor.for_user(creator),
+    )
+    movement_approve(request=request, actor=Actor.system("tests-approver"))
+    deadline = time.monotonic() + 90
+    while request.request_state not in (RequestState.COMPLETED, RequestState.FAILED):
+        assert time.monotonic() < deadline, dict(
+            request.nodes.values_list("node_key", "node_state")
+        )
+        run_workers_once()
+        time.sleep(0.2)
+        request.refresh_from_db()
+    forget_signers()
+
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    units = int(Decimal(amount) * 10**6)
+    fee = -(-units // 10_000)  # the local Iris charges 1 bp on fast, rounded up
+    assert usdc_b.functions.balanceOf(vault).call() == before + units - fee
