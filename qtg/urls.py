@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from access.one_time import one_time_secret_view
-from ops import health
+from ops import health, home
 from ops.metrics import metrics_view
 from qtg.api_docs import DOCS_VIEW_OPTIONS, SchemaView
 
@@ -16,6 +16,10 @@ admin.site.site_url = "/admin/"
 urlpatterns = [
     # Under /admin/ (the console's session and its second-factor middleware), before the site.
     path("admin/one-time-secret/<str:ticket>/", one_time_secret_view, name="one-time-secret"),
+    # The operations home in place of Django's stock index (same URL, so admin:index leads
+    # to it), and its live part, fetched by the page to update in place.
+    path("admin/", admin.site.admin_view(home.home), name="qtg-home"),
+    path("admin/home/live/", admin.site.admin_view(home.home_live), name="qtg-home-live"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("movements.api.urls")),
     path("api/v1/", include("callbacks.urls")),
