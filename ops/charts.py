@@ -64,6 +64,8 @@ def bars_per_hour(series: list[tuple[datetime, int]], *, chart_id: str, title: s
 
 def horizontal_bars(rows: list[tuple[str, float]], *, chart_id: str, title: str, unit) -> str:
     """One labelled horizontal bar per row; ``unit`` formats a value for its label."""
+    if not rows:
+        return format_html('<p id="{}" class="qtg-quiet">Nothing to show yet.</p>', chart_id)
     peak = max((v for _, v in rows), default=0) or 1
     line = 18
     height = max(len(rows), 1) * line + 4

@@ -207,7 +207,8 @@ def test_each_role_opens_every_link_and_add_button_the_console_home_shows_it(
     expect(page.locator("#site-name")).to_contain_text("QTG operations")
     screenshot(page, f"home-{username}")
     links = page.eval_on_selector_all(
-        "#content-main a, #user-tools a", "els => els.map(e => e.getAttribute('href'))"
+        "#content-main a, #qtg-apps a, #user-tools a",
+        "els => els.map(e => e.getAttribute('href'))",
     )
     pages = sorted({href for href in links if href and href.startswith("/")})
     assert "/admin/movements/movementrequest/" in pages
@@ -247,3 +248,47 @@ def test_a_second_supervisor_confirms_an_override_on_its_own_page_with_a_reason(
     movement.refresh_from_db()
     assert movement.request_state == RequestState.FAILED
     assert "saw the return on the exchange statement" in movement.failure_reason
+
+
+def test_the_home_shows_my_queue_and_money_and_updates_in_place(
+    browser_page, live_server, supervisor, make_movement, intervention_failed, settings
+):
+    # given a movement awaiting approval, one in MANUAL_INTERVENTION and another supervisor's
+    # proposal to force-fail it
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    make_movement(amount="2500.00")
+    stuck = intervention_failed(amount="640.00")
+    proposal = override_propose(
+        request=stuck,
+        action=OverrideAction.FORCE_FAIL,
+        actor=Actor.for_user(staff_user("sue", SUPERVISORS)),
+        reason="the exchange returned the withdrawal",
+    )
+    page = browser_page
+
+    # when sam opens the console
+    log_in(page, live_server, "sam")
+    page.goto(f"{live_server.url}/admin/")
+
+    # then the home shows the proposal to confirm, the intervention, and the money split
+    queue = page.locator("#qtg-queue")
+    expect(queue.locator(f"tr[data-kind=proposal][data-pk='{proposal.pk}']")).to_be_visible()
+    expect(queue.locator(f"tr[data-kind=movement][data-pk='{stuck.pk}']")).to_be_visible()
+    money = page.locator("#qtg-money tr[data-asset=USDC][data-venue=sandbox-exchange-a] td.num")
+    expect(money).to_have_text(["2,500", "—", "—", "640"])
+    expect(page.locator("#qtg-chart-settled")).to_be_visible()
+    screenshot(page, "home")
+
+    # and when a new movement arrives while the page stays open
+    page.evaluate("window.qtgStillThisPage = true")
+    fresh = make_movement(amount="75.25")
+
+    # then it appears in the queue and in the money without the page reloading
+    expect(queue.locator(f"tr[data-pk='{fresh.pk}']")).to_be_visible(timeout=25_000)
+    expect(money).to_have_text(["2,575.25", "—", "—", "640"])
+    assert page.evaluate("window.qtgStillThisPage") is True
+    screenshot(page, "home-updated")
+
+    # and the proposal's Confirm leads to its confirmation page
+    queue.locator(f"tr[data-pk='{proposal.pk}'] a[data-action=confirm]").click()
+    expect(page.locator("#qtg-proposal-reason")).to_contain_text("returned the withdrawal")
