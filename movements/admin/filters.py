@@ -3,8 +3,9 @@
 from datetime import date, datetime, time, timedelta
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
@@ -84,6 +85,53 @@ class AssetFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value():
             return queryset.filter(asset=self.value())
+        return queryset
+
+
+# The venue filter offers the venues of this many most recent movements (read along the
+# created_at index), and whichever venue is chosen now: no DISTINCT over every row.
+RECENT_FOR_VENUES = 5000
+
+
+class VenueFilter(admin.SimpleListFilter):
+    """Movements from or to a venue (source or destination)."""
+
+    title = "venue"
+    parameter_name = "venue"
+
+    def lookups(self, request, model_admin):
+        recent = MovementRequest.objects.order_by("-created_at").values_list(
+            "source", "destination"
+        )[:RECENT_FOR_VENUES]
+        venues = {venue for pair in recent for venue in pair if venue}
+        if self.value():
+            venues.add(self.value())
+        return [(venue, venue) for venue in sorted(venues)]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(Q(source=self.value()) | Q(destination=self.value()))
+        return queryset
+
+
+class CreatorFilter(admin.SimpleListFilter):
+    """Movements created by one person or API client (those who created any)."""
+
+    title = "created by"
+    parameter_name = "creator"
+
+    def lookups(self, request, model_admin):
+        users = (
+            get_user_model()
+            .objects.filter(Exists(MovementRequest.objects.filter(created_by=OuterRef("pk"))))
+            .order_by("username")
+            .values_list("pk", "username")
+        )
+        return [(str(pk), username) for pk, username in users]
+
+    def queryset(self, request, queryset):
+        if self.value() and self.value().isdigit():
+            return queryset.filter(created_by_id=int(self.value()))
         return queryset
 
 
