@@ -292,3 +292,28 @@ def test_the_home_shows_my_queue_and_money_and_updates_in_place(
     # and the proposal's Confirm leads to its confirmation page
     queue.locator(f"tr[data-pk='{proposal.pk}'] a[data-action=confirm]").click()
     expect(page.locator("#qtg-proposal-reason")).to_contain_text("returned the withdrawal")
+
+
+def test_the_movement_page_follows_the_movement_without_reloading(
+    browser_page, live_server, op, make_movement
+):
+    # given an approved movement whose withdrawal is under way, open on the operator's screen
+    movement = make_movement(approve=True, amount="310.00")
+    drive(movement, "withdraw", "PREPARING", "SUBMITTING")
+    page = browser_page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{movement.pk}/change/")
+    expect(page.locator("#qtg-graph g[data-node=withdraw]")).to_have_attribute(
+        "data-state", "SUBMITTING"
+    )
+    page.evaluate("window.qtgStillThisPage = true")
+
+    # when the withdrawal completes and its observation starts
+    drive(movement, "withdraw", "SUBMITTED", "COMPLETED")
+
+    # then the page shows it in place: same page, graph and events updated
+    expect(page.locator("#qtg-graph g[data-node=withdraw]")).to_have_attribute(
+        "data-state", "COMPLETED", timeout=20_000
+    )
+    expect(page.locator("#events-group")).to_contain_text("SUBMITTED → COMPLETED")
+    assert page.evaluate("window.qtgStillThisPage") is True
