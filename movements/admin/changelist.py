@@ -51,6 +51,8 @@ from qtg.core.admin import ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
 from qtg.core.policies import Refusal
 
+# The list fetches itself this often and swaps its rows in (not while rows are ticked).
+LIST_REFRESH_SECONDS = 15
 # A bulk action acts on at most this many movements at once (each is its own transaction).
 BULK_LIMIT = 500
 
@@ -337,6 +339,7 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
         query = request.GET.urlencode()
         extra_context = {
             **(extra_context or {}),
+            "live_seconds": LIST_REFRESH_SECONDS,
             "export_url": reverse(f"{self.admin_site.name}:movements_movementrequest_export")
             + (f"?{query}" if query else ""),
             "needs_me_count": MovementRequest.objects.filter(needs_me_q()).count(),

@@ -317,3 +317,28 @@ def test_the_movement_page_follows_the_movement_without_reloading(
     )
     expect(page.locator("#events-group")).to_contain_text("SUBMITTED → COMPLETED")
     assert page.evaluate("window.qtgStillThisPage") is True
+
+
+def test_needs_me_updates_in_place_and_keeps_the_operators_ticks(
+    browser_page, live_server, op, make_movement, monkeypatch
+):
+    monkeypatch.setattr("movements.admin.changelist.LIST_REFRESH_SECONDS", 2)
+    first = make_movement(amount="10.00")
+    page = browser_page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/?state=needs_me")
+    page.evaluate("window.qtgStillThisPage = true")
+
+    # when a movement arrives, it shows up without a reload
+    second = make_movement(amount="20.00")
+    rows = page.locator("#result_list tbody tr")
+    expect(rows.filter(has_text=second.short_id)).to_have_count(1, timeout=15_000)
+    assert page.evaluate("window.qtgStillThisPage") is True
+
+    # and while the operator has ticked a row, the list is left alone
+    rows.filter(has_text=first.short_id).locator("input.action-select").check()
+    third = make_movement(amount="30.00")
+    page.wait_for_timeout(5_000)
+    expect(rows.filter(has_text=third.short_id)).to_have_count(0)
+    expect(rows.filter(has_text=first.short_id).locator("input.action-select")).to_be_checked()
+    screenshot(page, "movement-list")
