@@ -30,7 +30,7 @@ from django.utils import timezone
 from callbacks.models import Delivery, DeliveryStatus, Subscription
 from movements import policies
 from movements.admin.actions import Situation, available_actions
-from movements.admin.filters import needs_me_q
+from movements.admin.filters import needs_me_count
 from movements.models import (
     AttentionReason,
     MovementApproval,
@@ -41,7 +41,7 @@ from movements.models import (
     OverrideStatus,
 )
 from movements.selectors import actor_groups
-from movements.states import NodeState, RequestState
+from movements.states import ATTENTION_REQUEST_STATES, NodeState, RequestState
 from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
 from venues.cex.models import CexClock
@@ -49,7 +49,7 @@ from venues.models import ChainTransaction, TxState
 
 # The queue looks at this many of the oldest movements waiting for a person (each is asked
 # its policies); the list's "Needs me" filter has the rest.
-QUEUE_CANDIDATES = 200
+QUEUE_CANDIDATES = 100
 QUEUE_SHOWN = 50
 # A chain transaction on its way: broadcast and not final yet.
 OPEN_TX_STATES = (TxState.BROADCAST, TxState.PENDING, TxState.CONFIRMED)
@@ -106,10 +106,23 @@ def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
     now = now or timezone.now()
     actor = Actor.for_user(user)
     groups = tuple(actor_groups(actor))
-    candidates = (
-        MovementRequest.objects.filter(needs_me_q())
+    # The list's "needs me" (a state that waits for a person, or an open attention entry) read
+    # as two indexed queries: one OR with the attention EXISTS would scan every movement.
+    waiting = list(
+        MovementRequest.objects.filter(request_state__in=sorted(ATTENTION_REQUEST_STATES))
         # Four-eyes: nobody approves their own movement; leave those out before asking.
         .exclude(request_state=RequestState.PENDING_APPROVAL, created_by=user)
+        .order_by("state_changed_at", "pk")
+        .values_list("pk", flat=True)[:QUEUE_CANDIDATES]
+    )
+    flagged = list(
+        MovementAttention.objects.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .order_by("since")
+        .values_list("request_id", flat=True)[:QUEUE_CANDIDATES]
+    )
+    candidates = (
+        MovementRequest.objects.filter(pk__in={*waiting, *flagged})
         .order_by("state_changed_at", "pk")
         .prefetch_related(
             Prefetch(
@@ -127,7 +140,7 @@ def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
                 queryset=MovementApproval.objects.filter(void_at__isnull=True),
                 to_attr="valid_approvals_list",
             ),
-        )[:QUEUE_CANDIDATES]
+        )
     )
     items = []
     for movement in candidates:
@@ -232,7 +245,7 @@ def counts(*, now: datetime | None = None) -> Counts:
         .filter(node_state=NodeState.UNKNOWN)
         .count(),
         stuck_nodes=by_reason.get(AttentionReason.STUCK, 0),
-        needs_someone=MovementRequest.objects.filter(needs_me_q()).count(),
+        needs_someone=needs_me_count(),
         attention_by_reason=sorted(
             ((reason, labels.get(reason, reason), n) for reason, n in by_reason.items()),
             key=lambda r: (-r[2], r[0]),

@@ -32,7 +32,7 @@ from movements.admin.filters import (
     StateFilter,
     TemplateFilter,
     VenueFilter,
-    needs_me_q,
+    needs_me_count,
 )
 from movements.admin.graph import NODE_COLOURS, REQUEST_COLOURS
 from movements.models import (
@@ -342,7 +342,7 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             "live_seconds": LIST_REFRESH_SECONDS,
             "export_url": reverse(f"{self.admin_site.name}:movements_movementrequest_export")
             + (f"?{query}" if query else ""),
-            "needs_me_count": MovementRequest.objects.filter(needs_me_q()).count(),
+            "needs_me_count": needs_me_count(),
             "needs_me_query": "?state=needs_me",
         }
         return super().changelist_view(request, extra_context)

@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from movements.models import MovementRequest, RouteTemplate
+from movements.models import MovementAttention, MovementRequest, RouteTemplate
 from movements.selectors import needing_attention_q
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
 
@@ -20,6 +20,23 @@ def needs_me_q() -> Q:
     """What waits for a person: approvals, manual gates, MANUAL_INTERVENTION, and movements
     with an open, unsnoozed attention entry (a node stuck longer than its venue should take)."""
     return Q(request_state__in=sorted(ATTENTION_REQUEST_STATES)) | needing_attention_q()
+
+
+def needs_me_count() -> int:
+    """How many movements ``needs_me_q`` selects, counted as two indexed counts (the OR with
+    the attention EXISTS would scan every movement): the waiting states, plus the movements
+    in any other state with an open, unsnoozed attention entry."""
+    now = timezone.now()
+    waiting = sorted(ATTENTION_REQUEST_STATES)
+    flagged = (
+        MovementAttention.objects.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .exclude(request__request_state__in=waiting)
+        .values("request_id")
+        .distinct()
+        .count()
+    )
+    return MovementRequest.objects.filter(request_state__in=waiting).count() + flagged
 
 
 class StateFilter(admin.SimpleListFilter):

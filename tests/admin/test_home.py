@@ -2,24 +2,33 @@
 failing webhooks; each figure checked against the database, read here another way."""
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 from html import unescape
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from callbacks.models import Subscription
 from callbacks.services import delivery_send, subscription_save, subscription_send_test
 from movements import policies
-from movements.models import MovementRequest, MovementRequestNode, OverrideAction
+from movements.admin.filters import needs_me_q
+from movements.models import (
+    MovementAttention,
+    MovementRequest,
+    MovementRequestNode,
+    OverrideAction,
+)
 from movements.permissions import SUPERVISORS
 from movements.selectors import current_nodes
+from movements.services.attention import detect_stuck_nodes
 from movements.services.overrides import override_propose
 from movements.states import NodeState, RequestState
 from qtg.core import money
 from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
-from tests.admin.conftest import staff_user
+from tests.admin.conftest import TO_COMPLETED, drive, staff_user
 
 HOME = "/admin/"
 
@@ -178,3 +187,25 @@ def test_the_live_part_is_served_alone_for_the_page_to_swap_in(client, op, floor
 
     assert 'id="qtg-queue"' in html
     assert "<html" not in html and 'id="header"' not in html
+
+
+def test_a_stuck_movement_counts_as_stuck_by_reason_and_as_waiting_for_a_person(
+    client, supervisor, floor, executing
+):
+    # given a movement whose deposit observation has been running far longer than expected
+    movement = drive(executing(), "withdraw", *TO_COMPLETED)
+    drive(movement, "withdraw_observe", "OBSERVING", "COMPLETED")
+    drive(movement, "deposit_observe", "OBSERVING")
+    assert detect_stuck_nodes(now=timezone.now() + timedelta(days=1)) == 1
+
+    html = home_html(client, supervisor)
+
+    # then the tiles and the reasons agree with the attention rows and with the list's filter
+    open_stuck = MovementAttention.objects.filter(resolved_at__isnull=True, reason="stuck")
+    assert re.search(rf'id="qtg-stuck"><b>{open_stuck.count()}</b>', html)
+    assert re.search(r'<tr data-reason="stuck"><td>[^<]+</td><td class="num">1</td>', html)
+    listed = MovementRequest.objects.filter(needs_me_q()).count()
+    assert listed == 4  # pending, gate, intervention, and the stuck one
+    assert re.search(rf'id="qtg-needs-someone"><b><a [^>]*>{listed}</a>', html)
+    # and a supervisor's queue has it (they may handle the attention)
+    assert ("movement", str(movement.pk)) in queue_pks(html)
