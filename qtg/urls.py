@@ -7,12 +7,8 @@ from ops import health, home
 from ops.metrics import metrics_view
 from qtg.api_docs import DOCS_VIEW_OPTIONS, SchemaView
 
-# The console is the site: its header names it, and "View site" leads to its home (QTG serves
-# no page at /).
-admin.site.site_header = admin.site.site_title = "QTG operations"
-admin.site.index_title = "Operations"
-admin.site.site_url = "/admin/"
-
+# The console's site (its header, "View site" leading to its home, the sidebar grouped by task)
+# is qtg.admin_site.QTGAdminSite; QTG serves no page at /.
 urlpatterns = [
     # Under /admin/ (the console's session and its second-factor middleware), before the site.
     path("admin/one-time-secret/<str:ticket>/", one_time_secret_view, name="one-time-secret"),
