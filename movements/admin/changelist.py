@@ -161,9 +161,7 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             "state_badge",
             row_actions,
             "amount_display",
-            "asset",
             "route",
-            "template_key",
             "created_by",
             "in_state",
             "reason",
@@ -205,13 +203,15 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):
-        return format_amount(obj.amount)
+        return format_html("{}&nbsp;{}", format_amount(obj.amount), obj.asset)
 
-    @admin.display(description="source → destination")
+    @admin.display(description="from → to")
     def route(self, obj):
-        return format_html("{} → {}", obj.source, obj.destination)
+        return format_html(
+            '{} → {}<div class="qtg-note">{}</div>', obj.source, obj.destination, obj.template_key
+        )
 
-    @admin.display(description="in state for", ordering="state_changed_at")
+    @admin.display(description="in state", ordering="state_changed_at")
     def in_state(self, obj):
         return timesince(obj.state_changed_at, timezone.now()).split(",")[0]
 

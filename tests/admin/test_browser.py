@@ -342,3 +342,10 @@ def test_needs_me_updates_in_place_and_keeps_the_operators_ticks(
     expect(rows.filter(has_text=third.short_id)).to_have_count(0)
     expect(rows.filter(has_text=first.short_id).locator("input.action-select")).to_be_checked()
     screenshot(page, "movement-list")
+
+    # and the table fits the screen (1400 px here): no column hides behind a scrollbar
+    overflow = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist .results');"
+        " return r.scrollWidth - r.clientWidth; })()"
+    )
+    assert overflow <= 0, f"the list is {overflow} px wider than its box"
