@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Avg, Count, Exists, F, Max, OuterRef, Prefetch, Q, Sum
+from django.db.models import Avg, Count, F, Max, Prefetch, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -42,8 +42,8 @@ from movements.models import (
 )
 from movements.selectors import actor_groups
 from movements.states import ATTENTION_REQUEST_STATES, NodeState, RequestState
+from ops.status import held_money
 from qtg.core.actors import Actor
-from reservations.models import Reservation, ReservationState
 from venues.cex.models import CexClock
 from venues.models import ChainTransaction, TxState
 
@@ -53,17 +53,6 @@ QUEUE_CANDIDATES = 100
 QUEUE_SHOWN = 50
 # A chain transaction on its way: broadcast and not final yet.
 OPEN_TX_STATES = (TxState.BROADCAST, TxState.PENDING, TxState.CONFIRMED)
-
-AWAITING_APPROVAL = "awaiting_approval"
-NOT_YET_LEFT = "not_yet_left"
-LEFT_NOT_ARRIVED = "left_not_arrived"
-IN_INTERVENTION = "manual_intervention"
-MONEY_COLUMNS = (
-    (AWAITING_APPROVAL, "Reserved, awaiting approval"),
-    (NOT_YET_LEFT, "Reserved, running, nothing left yet"),
-    (LEFT_NOT_ARRIVED, "Left a venue, not arrived"),
-    (IN_INTERVENTION, "Held in MANUAL_INTERVENTION"),
-)
 
 
 @dataclass(frozen=True)
@@ -192,36 +181,9 @@ def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
 
 def money_by_venue() -> list[MoneyRow]:
     """Held reservations per asset and source venue, split by where the money is."""
-    left = Exists(
-        MovementRequestNode.objects.filter(
-            request_id=OuterRef("request_id"),
-            is_current=True,
-            has_side_effect=True,
-            node_state=NodeState.COMPLETED,
-        )
-    )
-    held = Reservation.objects.filter(state=ReservationState.HELD).annotate(
-        money_left=left, request_state=F("request__request_state")
-    )
-    buckets = {
-        AWAITING_APPROVAL: Q(request_state=RequestState.PENDING_APPROVAL),
-        IN_INTERVENTION: Q(request_state=RequestState.MANUAL_INTERVENTION),
-        LEFT_NOT_ARRIVED: Q(money_left=True)
-        & ~Q(request_state__in=[RequestState.MANUAL_INTERVENTION]),
-        NOT_YET_LEFT: Q(money_left=False)
-        & ~Q(request_state__in=[RequestState.PENDING_APPROVAL, RequestState.MANUAL_INTERVENTION]),
-    }
     rows: dict[tuple[str, str], MoneyRow] = {}
-    for bucket, condition in buckets.items():
-        sums = (
-            held.filter(condition)
-            .values_list("asset", "source")
-            .annotate(total=Sum("amount"))
-            .order_by()
-        )
-        for asset, venue, total in sums:
-            row = rows.setdefault((asset, venue), MoneyRow(asset, venue))
-            row.amounts[bucket] = total
+    for (asset, venue, place), total in held_money(by_venue=True).items():
+        rows.setdefault((asset, venue), MoneyRow(asset, venue)).amounts[place] = total
     return [rows[key] for key in sorted(rows)]
 
 

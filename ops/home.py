@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ops import charts, console
+from ops.status import MONEY_COLUMNS
 from qtg.core import money
 
 REFRESH_SECONDS = 10
@@ -47,7 +48,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
     rows, totals = [], {}
     for row in console.money_by_venue():
         cells = []
-        for key, _ in console.MONEY_COLUMNS:
+        for key, _ in MONEY_COLUMNS:
             value = row.amounts.get(key)
             cells.append(money.format_amount(value, grouping=True) if value else "—")
             if value:
@@ -59,7 +60,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
             "asset": asset,
             "cells": [
                 money.format_amount(by_key[key], grouping=True) if key in by_key else "—"
-                for key, _ in console.MONEY_COLUMNS
+                for key, _ in MONEY_COLUMNS
             ],
         }
         for asset, by_key in sorted(totals.items())
@@ -73,7 +74,7 @@ def live_context(request) -> dict:
     return {
         "now": now,
         "queue": _queue_rows(console.my_queue(request.user, now=now)),
-        "money_columns": [label for _, label in console.MONEY_COLUMNS],
+        "money_columns": [label for _, label in MONEY_COLUMNS],
         "money_rows": money_rows,
         "money_totals": money_totals,
         "counts": console.counts(now=now),
