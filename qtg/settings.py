@@ -44,7 +44,7 @@ ALLOWED_HOSTS = env(
 ).split(",")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "qtg.admin_site.QTGAdminConfig",  # django.contrib.admin with the console's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -3,19 +3,19 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from access.one_time import one_time_secret_view
-from ops import health
+from ops import health, home
 from ops.metrics import metrics_view
 from qtg.api_docs import DOCS_VIEW_OPTIONS, SchemaView
 
-# The console is the site: its header names it, and "View site" leads to its home (QTG serves
-# no page at /).
-admin.site.site_header = admin.site.site_title = "QTG operations"
-admin.site.index_title = "Operations"
-admin.site.site_url = "/admin/"
-
+# The console's site (its header, "View site" leading to its home, the sidebar grouped by task)
+# is qtg.admin_site.QTGAdminSite; QTG serves no page at /.
 urlpatterns = [
     # Under /admin/ (the console's session and its second-factor middleware), before the site.
     path("admin/one-time-secret/<str:ticket>/", one_time_secret_view, name="one-time-secret"),
+    # The operations home in place of Django's stock index (same URL, so admin:index leads
+    # to it), and its live part, fetched by the page to update in place.
+    path("admin/", admin.site.admin_view(home.home), name="qtg-home"),
+    path("admin/home/live/", admin.site.admin_view(home.home_live), name="qtg-home-live"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("movements.api.urls")),
     path("api/v1/", include("callbacks.urls")),

@@ -3,12 +3,13 @@
 from datetime import date, datetime, time, timedelta
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from movements.models import MovementRequest, RouteTemplate
+from movements.models import MovementAttention, MovementRequest, RouteTemplate
 from movements.selectors import needing_attention_q
 from movements.states import ATTENTION_REQUEST_STATES, RequestState
 
@@ -19,6 +20,23 @@ def needs_me_q() -> Q:
     """What waits for a person: approvals, manual gates, MANUAL_INTERVENTION, and movements
     with an open, unsnoozed attention entry (a node stuck longer than its venue should take)."""
     return Q(request_state__in=sorted(ATTENTION_REQUEST_STATES)) | needing_attention_q()
+
+
+def needs_me_count() -> int:
+    """How many movements ``needs_me_q`` selects, counted as two indexed counts (the OR with
+    the attention EXISTS would scan every movement): the waiting states, plus the movements
+    in any other state with an open, unsnoozed attention entry."""
+    now = timezone.now()
+    waiting = sorted(ATTENTION_REQUEST_STATES)
+    flagged = (
+        MovementAttention.objects.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .exclude(request__request_state__in=waiting)
+        .values("request_id")
+        .distinct()
+        .count()
+    )
+    return MovementRequest.objects.filter(request_state__in=waiting).count() + flagged
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -56,22 +74,28 @@ class TemplateFilter(admin.SimpleListFilter):
         return queryset
 
 
-def distinct_assets() -> list[str]:
-    """The assets in the movements table, read by hopping along the asset index (a loose
-    index scan: one index probe per asset) instead of a DISTINCT over every row."""
+def distinct_values(field: str) -> list:
+    """The values of an indexed column of the movements table, read by hopping along its
+    index (a loose index scan: one index probe per value) instead of a DISTINCT over every
+    row."""
     table = connection.ops.quote_name(MovementRequest._meta.db_table)
-    column = connection.ops.quote_name(MovementRequest._meta.get_field("asset").column)
+    column = connection.ops.quote_name(MovementRequest._meta.get_field(field).column)
     sql = (
-        f"WITH RECURSIVE seen(asset) AS ("
+        f"WITH RECURSIVE seen(value) AS ("
         f" SELECT MIN({column}) FROM {table}"
         f" UNION ALL"
-        f" SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > seen.asset)"
-        f" FROM seen WHERE seen.asset IS NOT NULL"
-        f") SELECT asset FROM seen WHERE asset IS NOT NULL"
+        f" SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > seen.value)"
+        f" FROM seen WHERE seen.value IS NOT NULL"
+        f") SELECT value FROM seen WHERE value IS NOT NULL"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql)
         return [row[0] for row in cursor.fetchall()]
+
+
+def distinct_assets() -> list[str]:
+    """The assets in the movements table (along the asset index)."""
+    return distinct_values("asset")
 
 
 class AssetFilter(admin.SimpleListFilter):
@@ -84,6 +108,54 @@ class AssetFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value():
             return queryset.filter(asset=self.value())
+        return queryset
+
+
+# The venue filter offers the venues of this many most recent movements (read along the
+# created_at index), and whichever venue is chosen now: no DISTINCT over every row.
+RECENT_FOR_VENUES = 5000
+
+
+class VenueFilter(admin.SimpleListFilter):
+    """Movements from or to a venue (source or destination)."""
+
+    title = "venue"
+    parameter_name = "venue"
+
+    def lookups(self, request, model_admin):
+        recent = MovementRequest.objects.order_by("-created_at").values_list(
+            "source", "destination"
+        )[:RECENT_FOR_VENUES]
+        venues = {venue for pair in recent for venue in pair if venue}
+        if self.value():
+            venues.add(self.value())
+        return [(venue, venue) for venue in sorted(venues)]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(Q(source=self.value()) | Q(destination=self.value()))
+        return queryset
+
+
+class CreatorFilter(admin.SimpleListFilter):
+    """Movements created by one person or API client (those who created any)."""
+
+    title = "created by"
+    parameter_name = "creator"
+
+    def lookups(self, request, model_admin):
+        # Along the created_by index, then the few users: no semi-join over every movement.
+        users = (
+            get_user_model()
+            .objects.filter(pk__in=distinct_values("created_by"))
+            .order_by("username")
+            .values_list("pk", "username")
+        )
+        return [(str(pk), username) for pk, username in users]
+
+    def queryset(self, request, queryset):
+        if self.value() and self.value().isdigit():
+            return queryset.filter(created_by_id=int(self.value()))
         return queryset
 
 

@@ -207,7 +207,8 @@ def test_each_role_opens_every_link_and_add_button_the_console_home_shows_it(
     expect(page.locator("#site-name")).to_contain_text("QTG operations")
     screenshot(page, f"home-{username}")
     links = page.eval_on_selector_all(
-        "#content-main a, #user-tools a", "els => els.map(e => e.getAttribute('href'))"
+        "#content-main a, #qtg-apps a, #user-tools a",
+        "els => els.map(e => e.getAttribute('href'))",
     )
     pages = sorted({href for href in links if href and href.startswith("/")})
     assert "/admin/movements/movementrequest/" in pages
@@ -247,3 +248,104 @@ def test_a_second_supervisor_confirms_an_override_on_its_own_page_with_a_reason(
     movement.refresh_from_db()
     assert movement.request_state == RequestState.FAILED
     assert "saw the return on the exchange statement" in movement.failure_reason
+
+
+def test_the_home_shows_my_queue_and_money_and_updates_in_place(
+    browser_page, live_server, supervisor, make_movement, intervention_failed, settings
+):
+    # given a movement awaiting approval, one in MANUAL_INTERVENTION and another supervisor's
+    # proposal to force-fail it
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    make_movement(amount="2500.00")
+    stuck = intervention_failed(amount="640.00")
+    proposal = override_propose(
+        request=stuck,
+        action=OverrideAction.FORCE_FAIL,
+        actor=Actor.for_user(staff_user("sue", SUPERVISORS)),
+        reason="the exchange returned the withdrawal",
+    )
+    page = browser_page
+
+    # when sam opens the console
+    log_in(page, live_server, "sam")
+    page.goto(f"{live_server.url}/admin/")
+
+    # then the home shows the proposal to confirm, the intervention, and the money split
+    queue = page.locator("#qtg-queue")
+    expect(queue.locator(f"tr[data-kind=proposal][data-pk='{proposal.pk}']")).to_be_visible()
+    expect(queue.locator(f"tr[data-kind=movement][data-pk='{stuck.pk}']")).to_be_visible()
+    money = page.locator("#qtg-money tr[data-asset=USDC][data-venue=sandbox-exchange-a] td.num")
+    expect(money).to_have_text(["2,500", "—", "—", "640"])
+    expect(page.locator("#qtg-chart-settled")).to_be_visible()
+    screenshot(page, "home")
+
+    # and when a new movement arrives while the page stays open
+    page.evaluate("window.qtgStillThisPage = true")
+    fresh = make_movement(amount="75.25")
+
+    # then it appears in the queue and in the money without the page reloading
+    expect(queue.locator(f"tr[data-pk='{fresh.pk}']")).to_be_visible(timeout=25_000)
+    expect(money).to_have_text(["2,575.25", "—", "—", "640"])
+    assert page.evaluate("window.qtgStillThisPage") is True
+    screenshot(page, "home-updated")
+
+    # and the proposal's Confirm leads to its confirmation page
+    queue.locator(f"tr[data-pk='{proposal.pk}'] a[data-action=confirm]").click()
+    expect(page.locator("#qtg-proposal-reason")).to_contain_text("returned the withdrawal")
+
+
+def test_the_movement_page_follows_the_movement_without_reloading(
+    browser_page, live_server, op, make_movement
+):
+    # given an approved movement whose withdrawal is under way, open on the operator's screen
+    movement = make_movement(approve=True, amount="310.00")
+    drive(movement, "withdraw", "PREPARING", "SUBMITTING")
+    page = browser_page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{movement.pk}/change/")
+    expect(page.locator("#qtg-graph g[data-node=withdraw]")).to_have_attribute(
+        "data-state", "SUBMITTING"
+    )
+    page.evaluate("window.qtgStillThisPage = true")
+
+    # when the withdrawal completes and its observation starts
+    drive(movement, "withdraw", "SUBMITTED", "COMPLETED")
+
+    # then the page shows it in place: same page, graph and events updated
+    expect(page.locator("#qtg-graph g[data-node=withdraw]")).to_have_attribute(
+        "data-state", "COMPLETED", timeout=20_000
+    )
+    expect(page.locator("#events-group")).to_contain_text("SUBMITTED → COMPLETED")
+    assert page.evaluate("window.qtgStillThisPage") is True
+
+
+def test_needs_me_updates_in_place_and_keeps_the_operators_ticks(
+    browser_page, live_server, op, make_movement, monkeypatch
+):
+    monkeypatch.setattr("movements.admin.changelist.LIST_REFRESH_SECONDS", 2)
+    first = make_movement(amount="10.00")
+    page = browser_page
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/?state=needs_me")
+    page.evaluate("window.qtgStillThisPage = true")
+
+    # when a movement arrives, it shows up without a reload
+    second = make_movement(amount="20.00")
+    rows = page.locator("#result_list tbody tr")
+    expect(rows.filter(has_text=second.short_id)).to_have_count(1, timeout=15_000)
+    assert page.evaluate("window.qtgStillThisPage") is True
+
+    # and while the operator has ticked a row, the list is left alone
+    rows.filter(has_text=first.short_id).locator("input.action-select").check()
+    third = make_movement(amount="30.00")
+    page.wait_for_timeout(5_000)
+    expect(rows.filter(has_text=third.short_id)).to_have_count(0)
+    expect(rows.filter(has_text=first.short_id).locator("input.action-select")).to_be_checked()
+    screenshot(page, "movement-list")
+
+    # and the table fits the screen (1400 px here): no column hides behind a scrollbar
+    overflow = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist .results');"
+        " return r.scrollWidth - r.clientWidth; })()"
+    )
+    assert overflow <= 0, f"the list is {overflow} px wider than its box"

@@ -196,7 +196,9 @@ def test_the_number_of_queries_does_not_grow_with_the_rows_on_the_page(
 
     # then it costs exactly the same number of queries
     assert fifty == five, f"{five} queries for 5 rows but {fifty} for 50"
-    assert five <= 15
+    # (the venue and creator filters read their choices once per page, and "needs me" is
+    # counted as two indexed counts: three more than before those existed)
+    assert five <= 18
 
 
 @pytest.mark.parametrize("query", ["created_to=9999-12-31", "created_from=9999-12-31"])

@@ -232,14 +232,16 @@ def test_an_expired_approval_window_hides_approve_and_says_closed(client, op, ma
     assert "closed" in html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
 
 
-def test_the_page_refreshes_itself_while_the_movement_is_in_flight(client, op, executing):
+def test_the_page_updates_itself_in_place_while_the_movement_is_in_flight(client, op, executing):
     # given an executing movement
     movement = executing()
     client.force_login(op)
 
     html = page(client, movement)
 
-    assert re.search(r'<meta http-equiv="refresh" content="\d+"', html)
+    # then it fetches itself and swaps its content in (no full reload, which loses your place)
+    assert re.search(r'<script id="qtg-live-swap" data-seconds="\d+" data-target="#content">', html)
+    assert 'http-equiv="refresh"' not in html
     assert 'id="qtg-live"' in html
 
 
@@ -250,7 +252,7 @@ def test_the_page_stops_refreshing_once_nothing_is_in_flight(client, op, waiting
 
     html = page(client, movement)
 
-    assert 'http-equiv="refresh"' not in html
+    assert 'id="qtg-live-swap"' not in html
     assert 'id="qtg-live"' not in html
 
 

@@ -1,6 +1,7 @@
 """/health/live, /health/ready (= /health/) and qtg_status: database, broker, scheduler lease and
 sweeps, workers per queue, configured venues; JSON; 503 on failure; bounded in time."""
 
+import re
 import socket
 import threading
 import time
@@ -239,6 +240,7 @@ def test_qtg_status_prints_the_checks_and_money_in_flight_and_fails_when_unhealt
     make_movement, capsys
 ):
     make_movement(approve=True, amount="1234.50")
+    make_movement(amount="10.00")  # awaiting approval: reserved, nothing has left
 
     with pytest.raises(CommandError, match="unhealthy"):
         call_command("qtg_status")
@@ -246,5 +248,8 @@ def test_qtg_status_prints_the_checks_and_money_in_flight_and_fails_when_unhealt
     out = capsys.readouterr().out
     assert "health: FAIL" in out
     assert "database" in out and "worker" in out and "no live worker consumes" in out
-    assert "USDC      1,234.5" in out
+    assert "USDC      1,244.5" in out
+    # and where it is: the approved one has not left yet, the other awaits approval
+    assert re.search(r"USDC\s+1,234.5  Reserved, running, nothing left yet", out)
+    assert re.search(r"USDC\s+10  Reserved, awaiting approval", out)
     assert "APPROVED 1" in out

@@ -4,7 +4,7 @@ and the money in flight per asset."""
 from django.core.management.base import BaseCommand, CommandError
 
 from ops.health import report, run_checks
-from ops.status import snapshot
+from ops.status import MONEY_COLUMNS, snapshot
 from qtg.core import money
 
 
@@ -36,6 +36,13 @@ class Command(BaseCommand):
             self.stdout.write(f"  {asset:<9} {money.format_amount(total, grouping=True)}")
         if not now.in_flight_by_asset:
             self.stdout.write("  none")
+        else:
+            # Money awaiting approval has not left anywhere: say where each part is.
+            self.stdout.write("  of which:")
+            for (asset, place), total in sorted(now.held_by_asset_and_place.items()):
+                label = dict(MONEY_COLUMNS)[place]
+                amount = money.format_amount(total, grouping=True)
+                self.stdout.write(f"    {asset:<7} {amount:>16}  {label}")
         busy = {state: n for state, n in now.movements_by_state.items() if n}
         self.stdout.write(
             "movements: " + (", ".join(f"{s} {n}" for s, n in busy.items()) or "none")

@@ -1,0 +1,321 @@
+"""What the console's home page shows, read from the database (nothing here writes).
+
+- ``my_queue``: what the signed-in person can act on now, why, since when, oldest first: the
+  movements whose actions their policies offer them (the same ``available_actions`` the
+  movement page asks) and the open override proposals they may confirm.
+- ``money_by_venue``: the money the held reservations stand for, per asset and source venue,
+  split by where it is: reserved while the movement awaits approval, reserved while it runs
+  and nothing has left yet, left a venue and not arrived (a side-effect node completed), and
+  held in MANUAL_INTERVENTION. Those are different risks; adding them up (as a single "in
+  flight" figure does) hides which is which.
+- ``counts``: UNKNOWN nodes, stuck nodes, open attention by reason.
+- ``venue_health``: what the workers last recorded of each venue (chain transactions' newest
+  block and when it was seen, each exchange account's measured clock skew). No venue is asked
+  from a page view.
+- ``failing_subscriptions``: active webhook subscriptions with dead or retrying deliveries.
+- ``settled_per_hour``, ``time_to_complete``: the charts' series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Avg, Count, F, Max, Prefetch, Q
+from django.db.models.functions import TruncHour
+from django.utils import timezone
+
+from callbacks.models import Delivery, DeliveryStatus, Subscription
+from movements import policies
+from movements.admin.actions import Situation, available_actions
+from movements.admin.filters import needs_me_count
+from movements.models import (
+    AttentionReason,
+    MovementApproval,
+    MovementAttention,
+    MovementRequest,
+    MovementRequestNode,
+    OverrideProposal,
+    OverrideStatus,
+)
+from movements.selectors import actor_groups
+from movements.states import ATTENTION_REQUEST_STATES, NodeState, RequestState
+from ops.status import held_money
+from qtg.core.actors import Actor
+from venues.cex.models import CexClock
+from venues.models import ChainTransaction, TxState
+
+# The queue looks at this many of the oldest movements waiting for a person (each is asked
+# its policies); the list's "Needs me" filter has the rest.
+QUEUE_CANDIDATES = 100
+QUEUE_SHOWN = 50
+# A chain transaction on its way: broadcast and not final yet.
+OPEN_TX_STATES = (TxState.BROADCAST, TxState.PENDING, TxState.CONFIRMED)
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    kind: str  # "movement" or "proposal"
+    pk: Any
+    label: str
+    why: str
+    since: datetime
+    actions: list[tuple[str, str]]  # (action name, label)
+    amount: Decimal
+    asset: str
+
+
+@dataclass
+class MoneyRow:
+    asset: str
+    venue: str
+    amounts: dict[str, Decimal] = field(default_factory=dict)
+
+
+def _why(movement: MovementRequest, now: datetime) -> tuple[str, datetime]:
+    """Why the movement waits for a person, and since when (its state, or its oldest open
+    attention entry when that is the reason)."""
+    entries = [e for e in getattr(movement, "open_attentions_list", []) if e.needs_someone(now)]
+    if movement.request_state in (
+        RequestState.PENDING_APPROVAL,
+        RequestState.WAITING_MANUAL_ACTION,
+        RequestState.MANUAL_INTERVENTION,
+    ):
+        return str(movement.request_state), movement.state_changed_at
+    if entries:
+        first = min(entries, key=lambda e: e.since)
+        return f"{first.get_reason_display()} ({first.node_key})", first.since
+    return str(movement.request_state), movement.state_changed_at
+
+
+def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
+    """What ``user`` can act on now, oldest first."""
+    now = now or timezone.now()
+    actor = Actor.for_user(user)
+    groups = tuple(actor_groups(actor))
+    # The list's "needs me" (a state that waits for a person, or an open attention entry) read
+    # as two indexed queries: one OR with the attention EXISTS would scan every movement.
+    waiting = list(
+        MovementRequest.objects.filter(request_state__in=sorted(ATTENTION_REQUEST_STATES))
+        # Four-eyes: nobody approves their own movement; leave those out before asking.
+        .exclude(request_state=RequestState.PENDING_APPROVAL, created_by=user)
+        .order_by("state_changed_at", "pk")
+        .values_list("pk", flat=True)[:QUEUE_CANDIDATES]
+    )
+    flagged = list(
+        MovementAttention.objects.filter(resolved_at__isnull=True)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .order_by("since")
+        .values_list("request_id", flat=True)[:QUEUE_CANDIDATES]
+    )
+    candidates = (
+        MovementRequest.objects.filter(pk__in={*waiting, *flagged})
+        .order_by("state_changed_at", "pk")
+        .prefetch_related(
+            Prefetch(
+                "nodes",
+                queryset=MovementRequestNode.objects.current().order_by("pk"),
+                to_attr="live_nodes",
+            ),
+            Prefetch(
+                "attentions",
+                queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
+                to_attr="open_attentions_list",
+            ),
+            Prefetch(
+                "approvals",
+                queryset=MovementApproval.objects.filter(void_at__isnull=True),
+                to_attr="valid_approvals_list",
+            ),
+        )
+    )
+    items = []
+    for movement in candidates:
+        offered = available_actions(
+            Situation.of(movement, movement.live_nodes, user, groups=groups)
+        )
+        if not offered:
+            continue
+        why, since = _why(movement, now)
+        items.append(
+            QueueItem(
+                kind="movement",
+                pk=movement.pk,
+                label=movement.short_id,
+                why=why,
+                since=since,
+                actions=[(a.name, a.label) for a in offered],
+                amount=movement.amount,
+                asset=movement.asset,
+            )
+        )
+    proposals = (
+        OverrideProposal.objects.filter(status=OverrideStatus.PROPOSED, expires_at__gt=now)
+        .exclude(proposed_by=user)
+        .select_related("request", "proposed_by")
+        .order_by("proposed_at")
+    )
+    for proposal in proposals:
+        if policies.override_confirm_refusal(actor=actor, proposal=proposal, now=now) is not None:
+            continue
+        items.append(
+            QueueItem(
+                kind="proposal",
+                pk=proposal.pk,
+                label=proposal.request.short_id,
+                why=(
+                    f"{proposal.get_action_display()} proposed by {proposal.proposed_by} "
+                    "awaits your confirmation"
+                ),
+                since=proposal.proposed_at,
+                actions=[("confirm", "Confirm…")],
+                amount=proposal.request.amount,
+                asset=proposal.request.asset,
+            )
+        )
+    items.sort(key=lambda item: item.since)
+    return items[:QUEUE_SHOWN]
+
+
+def money_by_venue() -> list[MoneyRow]:
+    """Held reservations per asset and source venue, split by where the money is."""
+    rows: dict[tuple[str, str], MoneyRow] = {}
+    for (asset, venue, place), total in held_money(by_venue=True).items():
+        rows.setdefault((asset, venue), MoneyRow(asset, venue)).amounts[place] = total
+    return [rows[key] for key in sorted(rows)]
+
+
+@dataclass(frozen=True)
+class Counts:
+    unknown_nodes: int
+    stuck_nodes: int
+    needs_someone: int
+    attention_by_reason: list[tuple[str, str, int]]  # (reason, label, open entries)
+
+
+def counts(*, now: datetime | None = None) -> Counts:
+    now = now or timezone.now()
+    open_now = MovementAttention.objects.filter(resolved_at__isnull=True).filter(
+        Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now)
+    )
+    by_reason = dict(open_now.values_list("reason").annotate(n=Count("pk")).order_by())
+    labels = dict(AttentionReason.choices)
+    return Counts(
+        unknown_nodes=MovementRequestNode.objects.current()
+        .filter(node_state=NodeState.UNKNOWN)
+        .count(),
+        stuck_nodes=by_reason.get(AttentionReason.STUCK, 0),
+        needs_someone=needs_me_count(),
+        attention_by_reason=sorted(
+            ((reason, labels.get(reason, reason), n) for reason, n in by_reason.items()),
+            key=lambda r: (-r[2], r[0]),
+        ),
+    )
+
+
+def venue_health(*, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
+    """What the workers last recorded of each venue; nothing is asked of a venue here."""
+    now = now or timezone.now()
+    chains = [
+        {
+            "chain": row["chain"],
+            "newest_block": row["newest_block"],
+            "seen_at": row["seen_at"],
+            "open_txs": row["open_txs"],
+        }
+        for row in ChainTransaction.objects.values("chain")
+        .annotate(
+            newest_block=Max("block_number"),
+            seen_at=Max("state_changed_at"),
+            open_txs=Count("pk", filter=Q(state__in=OPEN_TX_STATES)),
+        )
+        .order_by("chain")
+    ]
+    exchanges = [
+        {
+            "account": clock.account,
+            "exchange": clock.exchange,
+            "skew_ms": clock.skew_ms,
+            "uncertainty_ms": clock.uncertainty_ms,
+            "measured_at": clock.measured_at,
+            "age_seconds": int((now - clock.measured_at).total_seconds()),
+        }
+        for clock in CexClock.objects.order_by("account")
+    ]
+    return {"chains": chains, "exchanges": exchanges}
+
+
+@dataclass(frozen=True)
+class FailingSubscription:
+    pk: Any
+    name: str
+    url: str
+    dead: int
+    retrying: int
+    last_error: str
+
+
+def failing_subscriptions() -> list[FailingSubscription]:
+    """Active subscriptions with dead deliveries or deliveries being retried."""
+    rows = (
+        Subscription.objects.filter(is_active=True, deleted_at__isnull=True)
+        .annotate(
+            dead=Count("deliveries", filter=Q(deliveries__status=DeliveryStatus.DEAD)),
+            retrying=Count(
+                "deliveries",
+                filter=Q(deliveries__status=DeliveryStatus.PENDING, deliveries__attempts__gt=0),
+            ),
+        )
+        .filter(Q(dead__gt=0) | Q(retrying__gt=0))
+        .order_by("-dead", "name")
+    )
+    result = []
+    for sub in rows:
+        last = (
+            Delivery.objects.filter(subscription=sub, last_attempt_at__isnull=False)
+            .exclude(status=DeliveryStatus.DELIVERED)
+            .order_by("-last_attempt_at")
+            .values_list("last_error", "last_status_code")
+            .first()
+        )
+        error = ""
+        if last:
+            error = last[0] or (f"HTTP {last[1]}" if last[1] else "")
+        result.append(FailingSubscription(sub.pk, sub.name, sub.url, sub.dead, sub.retrying, error))
+    return result
+
+
+def settled_per_hour(*, now: datetime | None = None, hours: int = 24) -> list[tuple[datetime, int]]:
+    """Movements that reached COMPLETED in each of the last ``hours`` hours (oldest first)."""
+    now = now or timezone.now()
+    start = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
+    per_hour = dict(
+        MovementRequest.objects.filter(
+            request_state=RequestState.COMPLETED, state_changed_at__gte=start
+        )
+        .annotate(hour=TruncHour("state_changed_at"))
+        .values_list("hour")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return [
+        (start + timedelta(hours=i), per_hour.get(start + timedelta(hours=i), 0))
+        for i in range(hours)
+    ]
+
+
+def time_to_complete(*, now: datetime | None = None, days: int = 7) -> list[tuple[str, float]]:
+    """Mean seconds from creation to COMPLETED per template, over the last ``days`` days."""
+    now = now or timezone.now()
+    rows = (
+        MovementRequest.objects.filter(
+            request_state=RequestState.COMPLETED,
+            state_changed_at__gte=now - timedelta(days=days),
+        )
+        .values_list("template_key")
+        .annotate(mean=Avg(F("state_changed_at") - F("created_at")))
+        .order_by("template_key")
+    )
+    return [(key, mean.total_seconds()) for key, mean in rows if mean is not None]

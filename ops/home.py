@@ -1,0 +1,111 @@
+"""The console's home page (in place of Django's stock index): the signed-in person's queue,
+money by asset and venue, what is UNKNOWN or stuck, attention by reason, venue health, failing
+webhook subscriptions and two small charts. The live part is also served alone
+(``/admin/home/live/``) and the page fetches it every ``REFRESH_SECONDS``: it updates in place,
+never reloads."""
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from ops import charts, console
+from ops.status import MONEY_COLUMNS
+from qtg.core import money
+
+REFRESH_SECONDS = 10
+
+
+def _queue_rows(items: list[console.QueueItem]) -> list[dict]:
+    rows = []
+    for item in items:
+        if item.kind == "proposal":
+            page = reverse("admin:movements_overrideproposal_confirm", args=[quote(item.pk)])
+            actions = [(label, page, name) for name, label in item.actions]
+        else:
+            page = reverse("admin:movements_movementrequest_change", args=[quote(item.pk)])
+            actions = [
+                (
+                    label,
+                    reverse("admin:movements_movementrequest_action", args=[quote(item.pk), name]),
+                    name,
+                )
+                for name, label in item.actions
+            ]
+        rows.append(
+            {
+                "item": item,
+                "page": page,
+                "actions": actions,
+                "amount": money.format_amount(item.amount, grouping=True),
+            }
+        )
+    return rows
+
+
+def _money_rows() -> tuple[list[dict], list[dict]]:
+    rows, totals = [], {}
+    for row in console.money_by_venue():
+        cells = []
+        for key, _ in MONEY_COLUMNS:
+            value = row.amounts.get(key)
+            cells.append(money.format_amount(value, grouping=True) if value else "—")
+            if value:
+                totals.setdefault(row.asset, {}).setdefault(key, 0)
+                totals[row.asset][key] += value
+        rows.append({"asset": row.asset, "venue": row.venue, "cells": cells})
+    total_rows = [
+        {
+            "asset": asset,
+            "cells": [
+                money.format_amount(by_key[key], grouping=True) if key in by_key else "—"
+                for key, _ in MONEY_COLUMNS
+            ],
+        }
+        for asset, by_key in sorted(totals.items())
+    ]
+    return rows, total_rows
+
+
+def live_context(request) -> dict:
+    now = timezone.now()
+    money_rows, money_totals = _money_rows()
+    return {
+        "now": now,
+        "queue": _queue_rows(console.my_queue(request.user, now=now)),
+        "money_columns": [label for _, label in MONEY_COLUMNS],
+        "money_rows": money_rows,
+        "money_totals": money_totals,
+        "counts": console.counts(now=now),
+        "health": console.venue_health(now=now),
+        "failing": console.failing_subscriptions(),
+        "settled_chart": charts.bars_per_hour(
+            console.settled_per_hour(now=now),
+            chart_id="qtg-chart-settled",
+            title="Movements completed per hour, last 24 hours",
+        ),
+        "ttc_chart": charts.horizontal_bars(
+            console.time_to_complete(now=now),
+            chart_id="qtg-chart-ttc",
+            title="Mean time to complete by template, last 7 days",
+            unit=charts.duration,
+        ),
+        "refresh_seconds": REFRESH_SECONDS,
+    }
+
+
+def home(request):
+    """GET /admin/: the home page."""
+    context = {
+        **admin.site.each_context(request),
+        "title": "Operations",
+        "app_list": admin.site.get_app_list(request),
+        **live_context(request),
+    }
+    return TemplateResponse(request, "admin/qtg/home.html", context)
+
+
+def home_live(request):
+    """GET /admin/home/live/: the live part of the home page, alone."""
+    return TemplateResponse(request, "admin/qtg/_home_live.html", live_context(request))
