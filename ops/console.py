@@ -23,17 +23,16 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Prefetch, Q
+from django.db.models import Avg, Count, F, Max, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from callbacks.models import Delivery, DeliveryStatus, Subscription
-from movements import policies
+from movements import policies, selectors
 from movements.admin.actions import Situation, available_actions
 from movements.admin.filters import needs_me_count
 from movements.models import (
     AttentionReason,
-    MovementApproval,
     MovementAttention,
     MovementRequest,
     MovementRequestNode,
@@ -110,25 +109,9 @@ def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
         .order_by("since")
         .values_list("request_id", flat=True)[:QUEUE_CANDIDATES]
     )
-    candidates = (
-        MovementRequest.objects.filter(pk__in={*waiting, *flagged})
-        .order_by("state_changed_at", "pk")
-        .prefetch_related(
-            Prefetch(
-                "nodes",
-                queryset=MovementRequestNode.objects.current().order_by("pk"),
-                to_attr="live_nodes",
-            ),
-            Prefetch(
-                "attentions",
-                queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
-                to_attr="open_attentions_list",
-            ),
-            Prefetch(
-                "approvals",
-                queryset=MovementApproval.objects.filter(void_at__isnull=True),
-                to_attr="valid_approvals_list",
-            ),
+    candidates = selectors.with_decision_facts(
+        MovementRequest.objects.filter(pk__in={*waiting, *flagged}).order_by(
+            "state_changed_at", "pk"
         )
     )
     items = []

@@ -15,7 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Prefetch, Q
+from django.db.models import Q
 from django.http import StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -36,8 +36,6 @@ from movements.admin.filters import (
 )
 from movements.admin.graph import NODE_COLOURS, REQUEST_COLOURS
 from movements.models import (
-    MovementApproval,
-    MovementAttention,
     MovementRequest,
     MovementRequestNode,
 )
@@ -83,27 +81,7 @@ def format_amount(amount: Decimal) -> str:
 class MovementChangeList(ChangeList):
     def apply_select_related(self, qs):
         # The row actions need each movement's live nodes: one query for the whole page.
-        return (
-            super()
-            .apply_select_related(qs)
-            .prefetch_related(
-                Prefetch(
-                    "nodes",
-                    queryset=MovementRequestNode.objects.current().order_by("pk"),
-                    to_attr="live_nodes",
-                ),
-                Prefetch(
-                    "attentions",
-                    queryset=MovementAttention.objects.filter(resolved_at__isnull=True),
-                    to_attr="open_attentions_list",
-                ),
-                Prefetch(
-                    "approvals",
-                    queryset=MovementApproval.objects.filter(void_at__isnull=True),
-                    to_attr="valid_approvals_list",
-                ),
-            )
-        )
+        return selectors.with_decision_facts(super().apply_select_related(qs))
 
 
 class MovementChangelistAdmin(ReadOnlyModelAdmin):
