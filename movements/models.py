@@ -10,6 +10,13 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin
 
+from movements.choices import (
+    EntryStatus,
+    NodeKind,
+    OverrideAction,
+    OverrideStatus,
+    PolicyStatus,
+)
 from movements.fsm import state_machine_base
 from movements.states import (
     NODE_TRANSITIONS,
@@ -39,12 +46,6 @@ NodeStateMachine = state_machine_base(
     initial=NodeState.BLOCKED,
     module=__name__,
 )
-
-
-class NodeKind(models.TextChoices):
-    ACTION = "ACTION", "Action"
-    OBSERVE = "OBSERVE", "Observe"
-    MANUAL_GATE = "MANUAL_GATE", "Manual gate"
 
 
 class RouteTemplate(models.Model):
@@ -436,13 +437,6 @@ class MovementAttention(models.Model):
         return self.snoozed_until is None or self.snoozed_until <= (now or timezone.now())
 
 
-class PolicyStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
-    ACTIVE = "ACTIVE", "Active"
-    SUPERSEDED = "SUPERSEDED", "Superseded"
-    REJECTED = "REJECTED", "Rejected"
-
-
 class ApprovalPolicy(reviewed_model("approval_policies")):
     """One version of an approval rule: which movements it covers (asset, amount range,
     template, destination; blank = any) and what approving them takes (distinct approvers,
@@ -545,13 +539,6 @@ class MovementApproval(ChainedModel):
         return f"{self.approver} at {self.approved_at:%Y-%m-%d %H:%M:%S}"
 
 
-class EntryStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
-    ACTIVE = "ACTIVE", "Active"
-    REMOVED = "REMOVED", "Removed"
-    REJECTED = "REJECTED", "Rejected"
-
-
 class AddressBookEntry(reviewed_model("address_entries")):
     """A vetted destination for an asset on a network, with a label. Added by one person,
     approved by another (four-eyes); usable from ``usable_from`` (approval + the cool-down)."""
@@ -584,18 +571,6 @@ class AddressBookEntry(reviewed_model("address_entries")):
     def __str__(self) -> str:
         network = f"/{self.network}" if self.network else ""
         return f"{self.label}: {self.address} ({self.asset}{network}, {self.status})"
-
-
-class OverrideAction(models.TextChoices):
-    FORCE_COMPLETE = "force_complete", "Force-complete"
-    FORCE_FAIL = "force_fail", "Force-fail"
-    CANCEL_IN_TRANSIT = "cancel_in_transit", "Cancel after a side effect (funds in transit)"
-    RESOLVE_NEVER_HAPPENED = "resolve_never_happened", "Resolve UNKNOWN as never happened"
-
-
-class OverrideStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed"
-    CONFIRMED = "CONFIRMED", "Confirmed"
 
 
 class OverrideProposal(models.Model):

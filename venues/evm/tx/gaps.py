@@ -33,7 +33,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from movements.interface import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
+from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
 from qtg.core.errors import StaleState
 from venues.evm import client
 from venues.evm.config import EvmChain
