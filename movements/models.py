@@ -24,9 +24,8 @@ from movements.states import (
     NodeState,
     RequestState,
 )
-from qtg.core.actors import ActorType
 from qtg.core.chain import ChainedModel, linked_constraint
-from qtg.core.models import AppendOnlyModel, AuditEventModel, reviewed_model
+from qtg.core.models import AuditEventModel, reviewed_model
 from qtg.core.money import MONEY, format_amount
 
 RequestStateMachine = state_machine_base(
@@ -573,7 +572,7 @@ class AddressBookEntry(reviewed_model("address_entries")):
         return f"{self.label}: {self.address} ({self.asset}{network}, {self.status})"
 
 
-class OverrideProposal(models.Model):
+class OverrideProposal(reviewed_model("overrides", decision="confirmed", proposer_required=True)):
     """A supervisor's proposal of an override, carried out only when another supervisor
     confirms it before ``expires_at``."""
 
@@ -587,19 +586,7 @@ class OverrideProposal(models.Model):
     status = models.CharField(
         max_length=16, choices=OverrideStatus.choices, default=OverrideStatus.PROPOSED
     )
-    proposed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="overrides_proposed"
-    )
-    proposed_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
-    confirmed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="overrides_confirmed",
-    )
-    confirmed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-proposed_at", "-id"]
@@ -611,7 +598,7 @@ class OverrideProposal(models.Model):
         return self.status == OverrideStatus.PROPOSED and self.expires_at <= (now or timezone.now())
 
 
-class AuditRecord(AppendOnlyModel):
+class AuditRecord(AuditEventModel):
     """A decision recorded in the evidence chain that has no event table of its own: an
     approval-policy version proposed, activated or rejected; an address-book entry proposed,
     approved, rejected or removed (and by whom); an override proposed or confirmed; a webhook
@@ -619,8 +606,7 @@ class AuditRecord(AppendOnlyModel):
 
     subject = models.CharField(max_length=120, help_text='"<table>:<id>" of what was decided.')
     action = models.CharField(max_length=48)
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=160, blank=True)
+    actor_id = models.CharField(max_length=160, blank=True)  # wider than the base's, always was
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 

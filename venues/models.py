@@ -18,9 +18,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from movements.public import MovementRequest, MovementRequestNode
-from qtg.core.actors import ActorType
 from qtg.core.chain import linked_constraint
-from qtg.core.models import AppendOnlyModel
+from qtg.core.models import AppendOnlyModel, AuditEventModel
 from qtg.core.money import MONEY
 from venues.cex.models import (  # noqa: F401
     CexClock,
@@ -163,7 +162,7 @@ class ChainTransaction(models.Model):
         return self.state in TERMINAL_TX_STATES
 
 
-class ChainTransactionEvent(AppendOnlyModel):
+class ChainTransactionEvent(AuditEventModel):
     """One audit record of a chain transaction: its transition and the evidence for it (the
     node's answer, the block hash), or evidence recorded without a state change
     (``from_state == to_state``: a re-broadcast)."""
@@ -174,8 +173,6 @@ class ChainTransactionEvent(AppendOnlyModel):
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     evidence = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=128, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "chain_transaction_id"
