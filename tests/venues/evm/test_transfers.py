@@ -12,6 +12,7 @@ from standins.contracts import transact
 from tests.execution.conftest import assert_history_replays, node_path, run_workers_once
 from tests.movements.drive import node
 from tests.venues.evm.conftest import balance, settle, transfer
+from venues.evm.family import evm_fees
 from venues.models import ChainTransaction, TxState
 
 pytestmark = [pytest.mark.devchain, pytest.mark.django_db]
@@ -134,8 +135,9 @@ def test_a_stuck_transaction_is_replaced_by_a_fee_bump_and_the_node_takes_the_wi
         original, replacement = chain_txs(request)
         assert replacement.replaces_id == original.pk
         assert replacement.nonce == original.nonce
-        assert replacement.max_fee_per_gas >= original.max_fee_per_gas * 11 / 10
-        assert replacement.max_priority_fee_per_gas >= original.max_priority_fee_per_gas * 11 / 10
+        bumped, was = evm_fees(replacement), evm_fees(original)
+        assert bumped["max_fee_per_gas"] >= was["max_fee_per_gas"] * 11 / 10
+        assert bumped["max_priority_fee_per_gas"] >= was["max_priority_fee_per_gas"] * 11 / 10
         assert devchain.pending_transaction_hashes() == [replacement.tx_hash]
 
     request = settle(request, devchain)
