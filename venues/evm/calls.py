@@ -36,10 +36,15 @@ def _data(unsigned: Mapping[str, Any]) -> bytes:
     return bytes.fromhex(text[2:] if text.startswith("0x") else text)
 
 
+UNLIMITED = 2**256 - 1  # an allowance without a limit
+
+
 def token_amount(chain: Any, token: str, units: int) -> str:
     """``units`` of the ERC-20 at ``token``, in the asset's units when the config names it."""
     for asset in getattr(chain, "tokens", {}).values():
         if asset.address and asset.address.lower() == token.lower():
+            if units == UNLIMITED:
+                return f"unlimited {asset.symbol}"
             return f"{format_amount(asset.from_base_units(units), grouping=True)} {asset.symbol}"
     return f"{units:,} base units of {to_checksum_address(token)}"
 
