@@ -28,6 +28,7 @@
                                                # live node, with later nonces waiting, is filled
         rpc_timeout_seconds: 10                # optional
         native: {symbol: ETH, decimals: 18}    # optional (default ETH, 18)
+        explorer_tx_url: "https://etherscan.io/tx/{tx}"  # optional: the console's link
         tokens:
           USDC: {address: "0xA0b8...", decimals: 6}
         accounts:
