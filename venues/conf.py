@@ -78,10 +78,8 @@ def chain(name: str) -> Any:
     entry = section("chains", "chains").get(name)
     if not isinstance(entry, dict):
         raise LookupError(f"no chain {name!r} is configured")
-    parse = family(str(entry.get("kind") or "")).parse_chain
-    if parse is None:
-        raise LookupError(f"the {entry.get('kind')} family parses no chain")
-    return parsed("chains", f"chain:{name}", lambda: parse(str(name), entry))
+    found = family(str(entry.get("kind") or ""))
+    return parsed("chains", f"chain:{name}", lambda: found.parse(str(name), entry))
 
 
 def chains(kind: str) -> dict[str, Any]:

@@ -13,7 +13,11 @@ shown; how a transaction's call is decoded for a person; and its explorer link. 
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
+from importlib import import_module
 from typing import Any
+
+from qtg.core.money import format_amount
 
 
 def _none(*_: Any) -> None:
@@ -50,6 +54,11 @@ class FinalityPolicy:
     name: str
 
 
+def coin_amount(units: int, decimals: int, symbol: str) -> str:
+    """``units`` of a coin with ``decimals`` as a person reads it: ``0.000441 ETH``."""
+    return f"{format_amount(Decimal(units).scaleb(-decimals), grouping=True)} {symbol}".strip()
+
+
 @dataclass(frozen=True)
 class ChainFamily:
     name: str  # the ``kind`` of its chains in ``chains.yaml``
@@ -61,8 +70,9 @@ class ChainFamily:
     tx_detail: tuple[TxDetailField, ...] = ()  # its own fields (``family_detail``)
     finality: tuple[str, ...] = ()  # its finality vocabulary
     detail: dict[str, str] = field(default_factory=dict)  # what the words mean
-    # (name, its chains.yaml entry) -> the parsed chain (the adapter's dataclass)
-    parse_chain: Callable[[str, dict[str, Any]], Any] | None = None
+    # "module.function" of (name, its chains.yaml entry) -> the parsed chain (the adapter's
+    # dataclass), imported when a chain is first parsed (web3, solders load only then)
+    parse_chain: str = ""
     finality_policy: Callable[[Any], FinalityPolicy] = _none  # a parsed chain's policy
     native: tuple[str, int] = ("", 0)  # the native coin's symbol and decimals by default
     # (fee in the smallest native unit, the chain's native symbol or "") -> how it reads
@@ -73,6 +83,13 @@ class ChainFamily:
 
     def matches(self, value: str) -> bool:
         return bool(self.address.match(value))
+
+    def parse(self, name: str, entry: dict[str, Any]) -> Any:
+        """Chain ``name``'s ``chains.yaml`` entry parsed by the family's parser."""
+        if not self.parse_chain:
+            raise LookupError(f"the {self.name} family parses no chain")
+        module, _, function = self.parse_chain.rpartition(".")
+        return getattr(import_module(module), function)(name, entry)
 
     def tx_detail_json(self, values: Mapping[str, Any]) -> dict[str, str]:
         """``values`` checked against the family's schema, as stored: unknown names and

@@ -78,7 +78,7 @@ def test_a_transaction_of_no_registered_family_is_refused():
 
 def test_every_family_registers_what_the_console_and_the_config_ask_of_it():
     for family in families().values():
-        assert family.parse_chain is not None, family.name
+        assert family.parse_chain, family.name
         assert family.native[0] and family.native[1] > 0, family.name
         assert family.finality, family.name
         assert family.format_fee(10**9, "") != str(10**9), family.name

@@ -6,13 +6,12 @@ config names the token; otherwise in base units with the contract's address.
 """
 
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Any
 
 from eth_abi import decode as abi_decode
 from eth_utils import to_checksum_address
 
-from qtg.core.chains import DecodedCall
+from qtg.core.chains import DecodedCall, coin_amount
 from qtg.core.money import format_amount
 
 # selector (0x + 8 hex) -> (signature, decoder of the arguments' bytes)
@@ -51,8 +50,9 @@ def token_amount(chain: Any, token: str, units: int) -> str:
 
 def native_amount(chain: Any, units: int) -> str:
     native = getattr(chain, "native", None)
-    symbol, decimals = (native.symbol, native.decimals) if native else ("ETH", 18)
-    return f"{format_amount(Decimal(units).scaleb(-decimals), grouping=True)} {symbol}"
+    if native is None:  # no config: the family's own coin
+        return coin_amount(units, 18, "ETH")
+    return coin_amount(units, native.decimals, native.symbol)
 
 
 def decode_call(unsigned: Mapping[str, Any], chain: Any = None) -> DecodedCall | None:

@@ -9,7 +9,13 @@ from typing import Any
 
 from eth_utils import is_checksum_address, to_checksum_address
 
-from qtg.core.chains import ChainFamily, FinalityPolicy, TxDetailField, register_family
+from qtg.core.chains import (
+    ChainFamily,
+    FinalityPolicy,
+    TxDetailField,
+    coin_amount,
+    register_family,
+)
 from qtg.core.money import format_amount
 from venues.evm.calls import decode_call
 
@@ -34,14 +40,7 @@ def gwei(wei: int) -> str:
 
 def format_fee(wei: int, symbol: str = "") -> str:
     """A fee paid: ``0.000441 ETH (441,000 gwei)``."""
-    coin = format_amount(Decimal(wei).scaleb(-18), grouping=True)
-    return f"{coin} {symbol or 'ETH'} ({gwei(wei)})"
-
-
-def _parse_chain(name: str, entry: dict[str, Any]) -> Any:
-    from venues.evm.config import parse_chain
-
-    return parse_chain(name, entry)
+    return f"{coin_amount(wei, 18, symbol or 'ETH')} ({gwei(wei)})"
 
 
 def _finality_policy(chain: Any) -> FinalityPolicy:
@@ -69,7 +68,7 @@ EVM = ChainFamily(
         "depth": "final N blocks deep (with a reason: the chain's tag is not trusted)",
         "tag+depth": "both",
     },
-    parse_chain=_parse_chain,
+    parse_chain="venues.evm.config.parse_chain",
     finality_policy=_finality_policy,
     native=("ETH", 18),
     format_fee=format_fee,

@@ -7,24 +7,22 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from qtg.core.chains import ChainFamily, DecodedCall, FinalityPolicy, TxDetailField, register_family
+from qtg.core.chains import (
+    ChainFamily,
+    DecodedCall,
+    FinalityPolicy,
+    TxDetailField,
+    coin_amount,
+    register_family,
+)
 from qtg.core.money import format_amount
 
 ADDRESS = re.compile(r"^[1-9A-HJ-NP-Za-km-z]{32,44}$")
 
-LAMPORTS_PER_SOL = 10**9
-
 
 def format_fee(lamports: int, symbol: str = "") -> str:
     """A fee paid: ``0.000005 SOL (5,000 lamports)``."""
-    sol = format_amount(Decimal(lamports).scaleb(-9), grouping=True)
-    return f"{sol} {symbol or 'SOL'} ({lamports:,} lamports)"
-
-
-def _parse_chain(name: str, entry: dict[str, Any]) -> Any:
-    from venues.solana.config import parse_chain
-
-    return parse_chain(name, entry)
+    return f"{coin_amount(lamports, 9, symbol or 'SOL')} ({lamports:,} lamports)"
 
 
 def _finality_policy(chain: Any) -> FinalityPolicy:
@@ -60,7 +58,7 @@ SOLANA = ChainFamily(
         "confirmed": "voted on by a supermajority",
         "finalized": "rooted: the chain's finality",
     },
-    parse_chain=_parse_chain,
+    parse_chain="venues.solana.config.parse_chain",
     finality_policy=_finality_policy,
     native=("SOL", 9),
     format_fee=format_fee,
