@@ -748,7 +748,7 @@ def test_the_console_reads_an_erc20_and_a_native_transfer(
     assert f'href="https://explorer.example/tx/{erc20.tx_hash}?net=dev"' in html
     assert fee_text(erc20.fee_paid) in text
     assert f"{erc20.confirmations} of 3 required" in text
-    assert "gas limit " + f"{evm_fees(erc20)['gas_limit']:,}" in text
+    assert f"gas limit: {evm_fees(erc20)['gas_limit']:,}" in text
 
     text, _ = chain_transaction_page(client, coin)
     assert f"Transfer of 0.25 ETH to {recipient}" in text
