@@ -1,13 +1,10 @@
 """A chain transaction's console page in a real headless Chromium (issue 31): a CCTP burn as a
 person reads it — the decoded call, amount and recipient, the fee in ETH and gwei, the depth
-against the finality policy, the explorer link, one time format. Its screenshot is kept in
-docs/screenshots/chain_transaction.png (and artifacts/)."""
-
-import shutil
-from pathlib import Path
+against the finality policy, the explorer link, one time format. Its screenshot
+(``screen-chain-transaction.png``) goes where the browser tests put theirs; the committed copy
+is docs/screenshots/screen-chain-transaction.png."""
 
 import yaml
-from django.conf import settings
 from django.contrib.auth.models import Permission
 from eth_abi import encode as abi_encode
 
@@ -18,7 +15,6 @@ from venues.cctp.calls import DEPOSIT_FOR_BURN
 from venues.cctp.message import address_to_bytes32
 from venues.transactions import chain_transaction_create, chain_transaction_transition
 
-DOCS = Path(settings.BASE_DIR) / "docs" / "screenshots"
 SENDER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 BOB = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
 USDC = "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"
@@ -126,6 +122,4 @@ def test_a_person_reads_a_cctp_burn_on_its_chain_transaction_page(
     link = page.get_by_role("link", name="view on the explorer")
     expect(link).to_have_attribute("href", f"https://etherscan.io/tx/{tx.tx_hash}")
     expect(content).to_contain_text(f"{tx.created_at:%Y-%m-%d %H:%M:%S} UTC")
-    path = screenshot(page, "chain_transaction")
-    DOCS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS / "chain_transaction.png")
+    screenshot(page, "screen-chain-transaction")
