@@ -11,7 +11,6 @@ from eth_abi import decode as abi_decode
 from eth_utils import keccak, to_checksum_address
 
 from qtg.core.chains import DecodedCall
-from venues.cctp.message import Message
 from venues.cctp.message_v2 import (
     FINALITY_THRESHOLD_CONFIRMED,
     FINALITY_THRESHOLD_FINALIZED,
@@ -78,6 +77,8 @@ def _burn(version: int):
 
 
 def _mint(args: bytes, unsigned: Mapping[str, Any], chain: Any) -> DecodedCall:
+    from venues.cctp.message import Message  # (web3: not at start-up, see venues.apps)
+
     raw, _attestation = abi_decode(["bytes", "bytes"], args)
     version = int.from_bytes(raw[:4], "big")
     message = MessageV2.parse(raw) if version == V2_MESSAGE_VERSION else Message.parse(raw)
