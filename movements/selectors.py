@@ -242,8 +242,9 @@ def details_held(
             movement.__dict__.pop(name, None)
 
 
-def open_attentions(movement: MovementRequest) -> list[MovementAttention]:
-    """The open (unresolved) attention entries of the movement, oldest first."""
+def unresolved_attentions(movement: MovementRequest) -> list[MovementAttention]:
+    """The open (unresolved) attention entries of the movement, snoozed or not, oldest first
+    (what its representation reads: ``movements_with_details``)."""
     return list(
         MovementAttention.objects.filter(request=movement, resolved_at__isnull=True).order_by(
             "since", "pk"

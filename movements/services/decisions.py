@@ -36,7 +36,7 @@ from movements.selectors import (
     current_nodes,
     details_held,
     movement_for_decision,
-    open_attentions,
+    unresolved_attentions,
 )
 from movements.services.approvals import (
     approval_add,
@@ -118,7 +118,7 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
             node.request = request  # the locked instance: its events and changes refer to it
         binding, edges = plan_read(request)
         remember_plan_graph(request, edges)
-        attentions = open_attentions(request) if request.has_open_attention else []
+        attentions = unresolved_attentions(request) if request.has_open_attention else []
         approval_head = every[-1].chain_hash if every else GENESIS
         with (
             heads_known({MovementApproval: {request.pk: approval_head}}),

@@ -54,9 +54,9 @@ def test_one_approver_approves_in_at_most_15_statements(make_movement, operator_
     movement.refresh_from_db()
     assert movement.request_state == "APPROVED"
     assert list(
-        Event.objects.filter(request=movement).order_by("sequence").values_list(
-            "event_type", flat=True
-        )
+        Event.objects.filter(request=movement)
+        .order_by("sequence")
+        .values_list("event_type", flat=True)
     )[-2:] == ["request_approved", "frontier_advanced"]
 
 

@@ -123,9 +123,7 @@ def test_frontier_advanced_follows_with_the_woken_nodes(approved):
 
 
 @pytest.mark.parametrize("event_type", ["request_approved", "frontier_advanced"])
-def test_each_event_validates_against_the_published_webhook_schema(
-    approved, client, event_type
-):
+def test_each_event_validates_against_the_published_webhook_schema(approved, client, event_type):
     _, events, _ = approved
     schema = webhook_schema(client, event_type)
 
@@ -136,8 +134,6 @@ def test_each_delivery_sends_the_events_body(approved, operator_subscription):
     _, events, _ = approved
 
     for event_type in ("request_approved", "frontier_advanced"):
-        delivery = Delivery.objects.get(
-            subscription=operator_subscription, event_type=event_type
-        )
+        delivery = Delivery.objects.get(subscription=operator_subscription, event_type=event_type)
         assert delivery.body == events[event_type].body
         assert delivery.event_id == events[event_type].event_id
