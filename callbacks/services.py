@@ -80,6 +80,7 @@ PAYLOAD_VERSION = CONTRACT_VERSION
 
 
 DELIVER_TASK = "callbacks.deliver"
+FIRST_EVENT_TYPE = "request_created"
 
 
 def _setting(name: str) -> Any:
@@ -245,7 +246,10 @@ def _insert_events(enqueued: list[_Enqueued]) -> None:
     one statement."""
     if not enqueued:
         return
-    sequences = _last_sequences({item.request.pk for item in enqueued})
+    # A movement's first event (the catalogue's ``request_created``) has no event before it.
+    new = {item.request.pk for item in enqueued if item.event_type == FIRST_EVENT_TYPE}
+    unread = {item.request.pk for item in enqueued} - new
+    sequences = _last_sequences(unread) if unread else {}
     events = []
     for item in enqueued:
         sequence = sequences.get(item.request.pk, 0) + 1

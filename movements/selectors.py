@@ -213,6 +213,25 @@ def movement_for_decision(pk: Any, *, lock: bool = True) -> MovementRequest:
     return qs.get(pk=pk)
 
 
+def reservation_known(movement: MovementRequest, reservation: Any) -> None:
+    """Say what ``movement.reservation`` is (None: it has none yet) without reading it: its
+    service just held it, or knows a movement it creates has none."""
+    MovementRequest.reservation.related.set_cached_value(movement, reservation)
+
+
+def created_representation(movement: MovementRequest) -> dict[str, Any] | None:
+    """The API representation of a movement its create just wrote, from the rows the create
+    holds (``created_nodes``; nothing approved, no attention yet): None when the create did
+    not keep them (refused by a hardcap: read it instead)."""
+    from movements.api.serializers import MovementSerializer
+
+    nodes = getattr(movement, "created_nodes", None)
+    if nodes is None:
+        return None
+    with details_held(movement, nodes=nodes, approvals=[], attentions=[]):
+        return MovementSerializer(movement).data
+
+
 DETAILS_HELD = "details_held"
 _DETAIL_LISTS = ("current_nodes_list", "valid_approvals_list", "open_attentions_list")
 
