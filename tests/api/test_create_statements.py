@@ -9,20 +9,10 @@ from django.test.utils import CaptureQueriesContext
 from callbacks.models import Event, Subscription
 from tests.api.conftest import client_for, movement_url, post_create
 from tests.conftest import make_user
+from tests.statements import statements
 
 STATEMENTS_PER_CREATE = 28
 MOVEMENT_TABLE = 'FROM "movements_movementrequest"'
-
-
-def statements(captured: CaptureQueriesContext) -> list[str]:
-    sent = []
-    for query in captured.captured_queries:
-        sql = query["sql"]
-        if sql.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")):
-            continue
-        times, _, rest = sql.partition(" times: ")
-        sent += [rest] * int(times) if times.isdigit() else [sql]
-    return sent
 
 
 @pytest.fixture

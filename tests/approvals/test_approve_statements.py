@@ -12,22 +12,11 @@ from callbacks.models import Event, Subscription
 from movements.models import MovementApproval
 from movements.services import movement_approve
 from tests.approvals.conftest import act, staff
+from tests.statements import statements
 
 pytestmark = pytest.mark.postgres
 
 STATEMENTS_PER_APPROVE = 15
-
-
-def statements(captured: CaptureQueriesContext) -> list[str]:
-    """The statements the service sent, one entry per statement the database ran."""
-    sent = []
-    for query in captured.captured_queries:
-        sql = query["sql"]
-        if sql.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")):
-            continue
-        times, _, rest = sql.partition(" times: ")
-        sent += [rest] * int(times) if times.isdigit() else [sql]
-    return sent
 
 
 def approve_counted(movement, user) -> list[str]:
