@@ -219,19 +219,6 @@ def reservation_known(movement: MovementRequest, reservation: Any) -> None:
     MovementRequest.reservation.related.set_cached_value(movement, reservation)
 
 
-def created_representation(movement: MovementRequest) -> dict[str, Any] | None:
-    """The API representation of a movement its create just wrote, from the rows the create
-    holds (``created_nodes``; nothing approved, no attention yet): None when the create did
-    not keep them (refused by a hardcap: read it instead)."""
-    from movements.api.serializers import MovementSerializer
-
-    nodes = getattr(movement, "created_nodes", None)
-    if nodes is None:
-        return None
-    with details_held(movement, nodes=nodes, approvals=[], attentions=[]):
-        return MovementSerializer(movement).data
-
-
 DETAILS_HELD = "details_held"
 _DETAIL_LISTS = ("current_nodes_list", "valid_approvals_list", "open_attentions_list")
 

@@ -36,10 +36,10 @@ from movements.api.serializers import (
     RouteTemplateSerializer,
     TemplateSerializer,
     VenueSerializer,
+    created_representation,
 )
 from movements.models import MovementRequest
 from movements.selectors import (
-    created_representation,
     movements_visible_to,
     movements_with_details,
     request_events,

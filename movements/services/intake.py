@@ -422,7 +422,7 @@ def _receive(
 
 def _created(request: MovementRequest, nodes: list[MovementRequestNode]) -> MovementRequest:
     """``request`` as created, with its nodes (``created_nodes``): the API answers with it
-    without reading it again (``movements.selectors.created_representation``)."""
+    without reading it again (``movements.api.serializers.created_representation``)."""
     request.created_nodes = nodes
     return request
 
