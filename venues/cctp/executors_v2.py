@@ -2,7 +2,10 @@
 chain-action machinery as V1 (``venues.cctp.executors``).
 
 - ``cctp_v2_burn``: TokenMessengerV2 ``depositForBurn(amount, destinationDomain, mintRecipient,
-  burnToken, destinationCaller, maxFee, minFinalityThreshold)``. At create (``validate``) the fee
+  burnToken, destinationCaller, maxFee, minFinalityThreshold)``, or ``depositForBurnWithHook``
+  (the same and ``hookData``) when the node has ``hook_data`` (0x-hex, at most
+  :data:`MAX_HOOK_DATA_BYTES`; anything else is refused at create as the caller's input, 400).
+  At create (``validate``) the fee
   is quoted from Iris (``GET /v2/burn/USDC/fees/{src}/{dst}``) for the node's finality threshold
   and a quote above the node's ``max_fee`` refuses the movement; the per-message burn limit is
   read from the chain. The amount burned (what leaves the source, what is reserved) is the
@@ -13,7 +16,7 @@ chain-action machinery as V1 (``venues.cctp.executors``).
 - ``cctp_v2_attestation_observe``: the attested V2 message checked byte for byte against the
   message the burn emitted (only the attester's fields may differ: nonce, finality executed,
   fee executed, expiration), and field by field: source domain and messenger, destination
-  domain and messenger, USDC, amount, recipient, the node's ``minFinalityThreshold``, a
+  domain and messenger, USDC, amount, recipient, hookData, the node's ``minFinalityThreshold``, a
   finality executed at least what the template asks, a fee at most ``max_fee``; only while the
   burn is in the source's canonical chain. A burn that a reorg removed holds the node (the burn's
   stored bytes re-broadcast by its track; the attester's nonce is derived from the burn, so the

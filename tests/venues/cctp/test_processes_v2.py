@@ -78,6 +78,7 @@ def all_settled(requests: list[MovementRequest], timeout: float) -> list[Movemen
 
 
 MANY = 16
+SLOW_ATTESTER_CONFIRMATIONS = 20
 MANY_AMOUNT = "5.000001"
 MANY_UNITS = 5_000_001
 
@@ -85,15 +86,17 @@ MANY_UNITS = 5_000_001
 def test_three_workers_polling_many_v2_attestations_stay_under_the_iris_rate_limit(
     cluster, iris, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
 ):
-    """Sixteen V2 transfers (fast and standard) at once, their attestations polled by three
-    worker processes' sweeps every 0.2 s: without the shared bucket that is far more than 35
-    requests a second (and a 429 would block them all for 5 minutes: none would complete)."""
+    """Sixteen V2 transfers (fast and standard) at once, Circle slow to attest them (20
+    confirmations), their attestations polled by three worker processes' sweeps every 0.2 s:
+    more than 35 requests a second asked for, at most 35 sent (a 429 would block them all for
+    5 minutes: none would complete)."""
     (a, b), (_, b2) = cctp, cctp_v2
     treasury = chain_a.accounts[1].address
     before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
     for _ in range(3):
         cluster.start_worker()
     templates = ["cctp_v2_fast" if i % 2 else "cctp_v2" for i in range(MANY)]
+    iris.set_faults(confirmations=SLOW_ATTESTER_CONFIRMATIONS)
 
     requests = [
         create(creator, bob, template=template, max_fee="0.01", amount=MANY_AMOUNT)
