@@ -16,6 +16,7 @@ from web3.logs import DISCARD
 
 from movements.models import MovementRequest
 from movements.states import RequestState
+from standins.iris_v2 import RateLimit, RateLimiter
 from tests.execution.conftest import assert_history_replays, wait_for
 from tests.movements.drive import node
 from venues.models import ChainTransaction
@@ -78,18 +79,30 @@ def all_settled(requests: list[MovementRequest], timeout: float) -> list[Movemen
 
 
 MANY = 16
-SLOW_ATTESTER_CONFIRMATIONS = 20
 MANY_AMOUNT = "5.000001"
 MANY_UNITS = 5_000_001
+SLOW_ATTESTER_CONFIRMATIONS = 60
+# Three workers on this two-core machine reach about 5 Iris requests a second, far below
+# Circle's 35: the limit is scaled down, on the stand-in and in QTG alike, so that it binds.
+SCALED_LIMIT = 3
+
+
+@pytest.fixture
+def scaled_limit(iris, settings, monkeypatch):
+    """Iris answers 429 (and blocks for 5 minutes) past 3 requests in a second; QTG's workers
+    are told the same limit (``QTG_IRIS_REQUESTS_PER_SECOND``)."""
+    monkeypatch.setattr(iris, "rate_limiter", RateLimiter(RateLimit(requests=SCALED_LIMIT)))
+    settings.QTG_IRIS_REQUESTS_PER_SECOND = SCALED_LIMIT
+    monkeypatch.setenv("QTG_IRIS_REQUESTS_PER_SECOND", str(SCALED_LIMIT))  # the workers'
 
 
 def test_three_workers_polling_many_v2_attestations_stay_under_the_iris_rate_limit(
-    cluster, iris, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
+    scaled_limit, cluster, iris, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
 ):
-    """Sixteen V2 transfers (fast and standard) at once, Circle slow to attest them (20
+    """Sixteen V2 transfers (fast and standard) at once, Circle slow to attest them (60
     confirmations), their attestations polled by three worker processes' sweeps every 0.2 s:
-    more than 35 requests a second asked for, at most 35 sent (a 429 would block them all for
-    5 minutes: none would complete)."""
+    more requests asked for than the limit allows, never more sent (a 429 would block them all
+    for 5 minutes: none would complete)."""
     (a, b), (_, b2) = cctp, cctp_v2
     treasury = chain_a.accounts[1].address
     before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
@@ -102,24 +115,25 @@ def test_three_workers_polling_many_v2_attestations_stay_under_the_iris_rate_lim
         create(creator, bob, template=template, max_fee="0.01", amount=MANY_AMOUNT)
         for template in templates
     ]
-    requests = all_settled(requests, timeout=420)
+    requests = all_settled(requests, timeout=600)
 
     served = v2_served(iris)
     assert [r.request_state for r in requests] == [RequestState.COMPLETED] * MANY
     assert [s for s in served if s.status == 429] == []
+    assert busiest_second(served) <= SCALED_LIMIT <= CIRCLE_LIMIT_PER_SECOND
     polls = [s for s in served if s.path.startswith("/v2/messages/")]
     assert len(polls) >= MANY  # every attestation was asked for
     assert len(cluster.pids()) == 3  # the three workers lived throughout
-    assert busiest_second(served) <= CIRCLE_LIMIT_PER_SECOND
     # Exact balances: each left the source whole, arrived less its fee, minted once.
     assert a.usdc_balance(treasury) == before_a - MANY * MANY_UNITS
     received = sum(MANY_UNITS - fee(MANY_UNITS, t) for t in templates)
     assert b.usdc_balance(bob) == before_b + received
     for request in requests:
         assert len(v2_mints(b2, attested(request).nonce)) == 1
+    span = served[-1].at - served[0].at
     print(
-        f"iris: {len(served)} /v2 requests ({len(polls)} message polls) over "
-        f"{served[-1].at - served[0].at:.1f} s, busiest second {busiest_second(served)}"
+        f"iris: {len(served)} /v2 requests ({len(polls)} message polls) over {span:.1f} s, "
+        f"busiest second {busiest_second(served)}"
     )
 
 
