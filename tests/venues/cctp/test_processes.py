@@ -16,13 +16,16 @@ from venues.models import ChainTransaction
 
 from .test_cctp_movements import UNITS, burn_message, create, mints
 
-pytestmark = [
+# Real worker processes (slow) on PostgreSQL and a real broker, against the devchains.
+PROCESS_TEST_MARKS = [
     pytest.mark.devchain,
     pytest.mark.standin,
     pytest.mark.slow,
     pytest.mark.postgres,
     pytest.mark.django_db(transaction=True),
 ]
+
+pytestmark = PROCESS_TEST_MARKS
 
 SETTLED = (RequestState.COMPLETED, RequestState.FAILED, RequestState.MANUAL_INTERVENTION)
 

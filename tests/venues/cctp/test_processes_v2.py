@@ -24,18 +24,13 @@ from venues.models import ChainTransaction
 from . import test_cctp_v2_movements as v2
 from .test_cctp_v2_movements import FAST_BPS, STANDARD_BPS, attested, create, v2_mints
 from .test_processes import (
+    PROCESS_TEST_MARKS,
     assert_submitted_once_then_recovered,
     cctp_cluster,
     with_a_worker_killed_at,
 )
 
-pytestmark = [
-    pytest.mark.devchain,
-    pytest.mark.standin,
-    pytest.mark.slow,
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = PROCESS_TEST_MARKS
 
 CIRCLE_LIMIT_PER_SECOND = 35
 # The V2 deployment, the Iris stand-in with V2 and its rate limit, and the product pointed at
