@@ -19,7 +19,7 @@ from django.utils import timezone
 from movements import ports
 from movements.compiler import CompiledPlan, compile_plan
 from movements.executors import get_executor
-from movements.executors.base import AmountRefused, DeterministicError, NodeSpec
+from movements.executors.base import AmountRefused, DeterministicError, NodeSpec, ParamRefused
 from movements.models import (
     OPERATOR_DETAIL,
     MovementEvent,
@@ -432,8 +432,8 @@ def _validate_with_executors(
 ) -> None:
     """Each node's executor may refuse, before anything is held, a movement it could never
     carry out (``Executor.validate``): the movement fails validation with its reason; an
-    amount the venue can never carry out is the caller's input refused (``InvalidInput``:
-    the create's transaction is rolled back, nothing is written)."""
+    amount (or a param) the venue can never carry out is the caller's input refused
+    (``InvalidInput``: the create's transaction is rolled back, nothing is written)."""
     for node in plan.nodes:
         spec = NodeSpec(
             node_key=node.key,
@@ -450,6 +450,11 @@ def _validate_with_executors(
             raise InvalidInput(
                 "the amount is not one the venue can carry out",
                 details={"amount": [exc.message], **_rules_detail(exc)},
+            ) from exc
+        except ParamRefused as exc:
+            raise InvalidInput(
+                f"param {exc.param!r} is not one the venue can accept",
+                details={"params": {exc.param: [exc.message]}},
             ) from exc
         except DeterministicError as exc:
             raise TemplateInvalid(f"node {node.key!r}: {exc.message}") from exc

@@ -22,9 +22,15 @@ DEPOSIT_FOR_BURN_SIGNATURE = "depositForBurn(uint256,uint32,bytes32,address)"
 DEPOSIT_FOR_BURN_V2_SIGNATURE = (
     "depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)"
 )
+DEPOSIT_FOR_BURN_WITH_HOOK_SIGNATURE = (
+    "depositForBurnWithHook(uint256,uint32,bytes32,address,bytes32,uint256,uint32,bytes)"
+)
 RECEIVE_MESSAGE_SIGNATURE = "receiveMessage(bytes,bytes)"
 DEPOSIT_FOR_BURN = keccak(text=DEPOSIT_FOR_BURN_SIGNATURE)[:4]
 DEPOSIT_FOR_BURN_V2 = keccak(text=DEPOSIT_FOR_BURN_V2_SIGNATURE)[:4]
+DEPOSIT_FOR_BURN_WITH_HOOK = keccak(text=DEPOSIT_FOR_BURN_WITH_HOOK_SIGNATURE)[:4]
+# TokenMessengerV2.depositForBurn's arguments; depositForBurnWithHook adds the hook's bytes.
+BURN_ARGS_V2 = ["uint256", "uint32", "bytes32", "address", "bytes32", "uint256", "uint32"]
 RECEIVE_MESSAGE = keccak(text=RECEIVE_MESSAGE_SIGNATURE)[:4]
 V2_MESSAGE_VERSION = 1
 THRESHOLDS = {FINALITY_THRESHOLD_CONFIRMED: "fast", FINALITY_THRESHOLD_FINALIZED: "standard"}
@@ -45,7 +51,7 @@ def domain_name(domain: int) -> str:
     return f"domain {domain}" + (f" ({', '.join(names)})" if names else "")
 
 
-def _burn(version: int):
+def _burn(version: int, *, hook: bool = False):
     def decode(args: bytes, unsigned: Mapping[str, Any], chain: Any) -> DecodedCall:
         if version == 1:
             amount, domain, recipient, token = abi_decode(
@@ -53,12 +59,13 @@ def _burn(version: int):
             )
             extra: tuple[tuple[str, str], ...] = ()
         else:
-            amount, domain, recipient, token, _caller, max_fee, threshold = abi_decode(
-                ["uint256", "uint32", "bytes32", "address", "bytes32", "uint256", "uint32"], args
+            amount, domain, recipient, token, _caller, max_fee, threshold, *hook_data = abi_decode(
+                [*BURN_ARGS_V2, "bytes"] if hook else BURN_ARGS_V2, args
             )
             extra = (
                 ("max fee", token_amount(chain, token, max_fee)),
                 ("finality threshold", f"{threshold} ({THRESHOLDS.get(threshold, 'custom')})"),
+                *((("hook data", "0x" + bytes(hook_data[0]).hex()),) if hook else ()),
             )
         shown = token_amount(chain, token, amount)
         where = domain_name(domain)
@@ -109,4 +116,9 @@ def _mint(args: bytes, unsigned: Mapping[str, Any], chain: Any) -> DecodedCall:
 def register() -> None:
     register_call("0x" + DEPOSIT_FOR_BURN.hex(), DEPOSIT_FOR_BURN_SIGNATURE, _burn(1))
     register_call("0x" + DEPOSIT_FOR_BURN_V2.hex(), DEPOSIT_FOR_BURN_V2_SIGNATURE, _burn(2))
+    register_call(
+        "0x" + DEPOSIT_FOR_BURN_WITH_HOOK.hex(),
+        DEPOSIT_FOR_BURN_WITH_HOOK_SIGNATURE,
+        _burn(2, hook=True),
+    )
     register_call("0x" + RECEIVE_MESSAGE.hex(), RECEIVE_MESSAGE_SIGNATURE, _mint)
