@@ -4,6 +4,8 @@ from datetime import datetime
 
 from django.utils.html import format_html, format_html_join
 
+from qtg.core.times import console_time
+
 WIDTH, HEIGHT, PAD = 360, 110, 18
 
 
@@ -19,7 +21,7 @@ def bars_per_hour(series: list[tuple[datetime, int]], *, chart_id: str, title: s
     bars = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}" fill="#2563eb" '
-        'data-hour="{}" data-n="{}"><title>{} UTC: {}</title></rect>',
+        'data-hour="{}" data-n="{}"><title>{}: {}</title></rect>',
         (
             (
                 _n(PAD + i * step + 1),
@@ -28,7 +30,7 @@ def bars_per_hour(series: list[tuple[datetime, int]], *, chart_id: str, title: s
                 _n((HEIGHT - 2 * PAD) * n / peak),
                 hour.strftime("%H:%M"),
                 n,
-                hour.strftime("%Y-%m-%d %H:%M"),
+                console_time(hour),
                 n,
             )
             for i, (hour, n) in enumerate(series)

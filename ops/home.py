@@ -38,7 +38,7 @@ def _queue_rows(items: list[console.QueueItem]) -> list[dict]:
                 "item": item,
                 "page": page,
                 "actions": actions,
-                "amount": money.format_amount(item.amount, grouping=True),
+                "amount": money.display_amount(item.amount, item.asset),
             }
         )
     return rows
@@ -50,7 +50,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
         cells = []
         for key, _ in MONEY_COLUMNS:
             value = row.amounts.get(key)
-            cells.append(money.format_amount(value, grouping=True) if value else "—")
+            cells.append(money.display_amount(value, row.asset) if value else "—")
             if value:
                 totals.setdefault(row.asset, {}).setdefault(key, 0)
                 totals[row.asset][key] += value
@@ -59,7 +59,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
         {
             "asset": asset,
             "cells": [
-                money.format_amount(by_key[key], grouping=True) if key in by_key else "—"
+                money.display_amount(by_key[key], asset) if key in by_key else "—"
                 for key, _ in MONEY_COLUMNS
             ],
         }

@@ -143,6 +143,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One way of writing a datetime across the console, with its zone (qtg/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["qtg.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

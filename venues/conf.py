@@ -96,6 +96,22 @@ def account_details() -> dict[str, dict[str, Any]]:
     return details
 
 
+def asset_decimals() -> dict[str, int]:
+    """Each asset's decimals as the chains' entries give them (tokens and native coins; the
+    console shows amounts with them, ``qtg.core.assets``)."""
+    found: dict[str, int] = {}
+    for entry in section("chains", "chains").values():
+        entry = entry or {}
+        native = entry.get("native") or {}
+        if native.get("symbol") and native.get("decimals") is not None:
+            found[str(native["symbol"])] = int(native["decimals"])
+        for symbol, token in (entry.get("tokens") or {}).items():
+            if isinstance(token, dict) and token.get("decimals") is not None:
+                places = int(token["decimals"])
+                found[str(symbol)] = max(places, found.get(str(symbol), 0))
+    return found
+
+
 def rpc_url(chain: str, variable: str) -> str:
     """A chain's RPC URL, from the environment variable its entry names."""
     url = os.environ.get(variable, "")

@@ -44,6 +44,7 @@ from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
 from qtg.core.admin import ReadOnlyModelAdmin
 from qtg.core.errors import QTGError
 from qtg.core.policies import Refusal
+from qtg.core.times import console_time
 
 # How often a movement page reloads itself while something is in flight.
 QTG_PAGE_REFRESH_SECONDS = 5
@@ -98,7 +99,7 @@ class NodeInline(ReadOnlyInline):
         if not obj.lease_owner:
             return "—"
         return (
-            f"{obj.lease_owner} until {obj.lease_expires_at:%Y-%m-%d %H:%M:%S} "
+            f"{obj.lease_owner} until {console_time(obj.lease_expires_at)} "
             f"(epoch {obj.lease_epoch})"
         )
 
@@ -258,14 +259,14 @@ class MovementRequestAdmin(MovementChangelistAdmin):
             "reservation": reservation
             and {
                 "state": reservation.state,
-                "amount": format_amount(reservation.amount),
+                "amount": format_amount(reservation.amount, reservation.asset),
                 "asset": reservation.asset,
             },
             "subtitle": f"{movement.short_id} · {movement.template_key} · "
-            f"{format_amount(movement.amount)} {movement.asset}",
+            f"{format_amount(movement.amount, movement.asset)} {movement.asset}",
             "movement": movement,
             "state_badge": request_state_badge(movement.request_state),
-            "amount_display": format_amount(movement.amount),
+            "amount_display": format_amount(movement.amount, movement.asset),
             "movement_actions": actions,
             # An approval is pending and four-eyes keeps this user from giving it.
             "four_eyes_blocked": (
@@ -333,7 +334,7 @@ class MovementRequestAdmin(MovementChangelistAdmin):
                             request,
                             f"{action.label} proposed: another supervisor confirms it on the "
                             f"Override proposals page before "
-                            f"{proposal.expires_at:%Y-%m-%d %H:%M} UTC.",
+                            f"{console_time(proposal.expires_at)}.",
                             messages.WARNING,
                         )
                     else:
@@ -361,7 +362,7 @@ class MovementRequestAdmin(MovementChangelistAdmin):
             "what_happens": action.describe(situation),
             "form": form,
             "state_badge": request_state_badge(movement.request_state),
-            "amount_display": format_amount(movement.amount),
+            "amount_display": format_amount(movement.amount, movement.asset),
             "change_url": self._change_url(movement),
         }
         return TemplateResponse(

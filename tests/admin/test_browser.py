@@ -275,7 +275,7 @@ def test_the_home_shows_my_queue_and_money_and_updates_in_place(
     expect(queue.locator(f"tr[data-kind=proposal][data-pk='{proposal.pk}']")).to_be_visible()
     expect(queue.locator(f"tr[data-kind=movement][data-pk='{stuck.pk}']")).to_be_visible()
     money = page.locator("#qtg-money tr[data-asset=USDC][data-venue=sandbox-exchange-a] td.num")
-    expect(money).to_have_text(["2,500", "—", "—", "640"])
+    expect(money).to_have_text(["2,500.000000", "—", "—", "640.000000"])
     expect(page.locator("#qtg-chart-settled")).to_be_visible()
     screenshot(page, "home")
 
@@ -285,7 +285,7 @@ def test_the_home_shows_my_queue_and_money_and_updates_in_place(
 
     # then it appears in the queue and in the money without the page reloading
     expect(queue.locator(f"tr[data-pk='{fresh.pk}']")).to_be_visible(timeout=25_000)
-    expect(money).to_have_text(["2,575.25", "—", "—", "640"])
+    expect(money).to_have_text(["2,575.250000", "—", "—", "640.000000"])
     assert page.evaluate("window.qtgStillThisPage") is True
     screenshot(page, "home-updated")
 

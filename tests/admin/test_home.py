@@ -140,9 +140,14 @@ def test_money_is_split_by_where_it_is_and_matches_the_reservations(client, op, 
 
     for (asset, venue), amounts in expected.items():
         shown = money_cells(html, asset, venue)
-        assert shown == [money.format_amount(a, grouping=True) if a else "—" for a in amounts]
+        assert shown == [money.display_amount(a, asset) if a else "—" for a in amounts]
     # the figures of the floor, by hand: 2,500 awaiting, 40.5 running, 300 gone, 640 held
-    assert money_cells(html, "USDC", "sandbox-exchange-a") == ["2,500", "40.5", "300", "640"]
+    assert money_cells(html, "USDC", "sandbox-exchange-a") == [
+        "2,500.000000",
+        "40.500000",
+        "300.000000",
+        "640.000000",
+    ]
 
 
 def test_unknown_and_stuck_counts_match_the_nodes(client, op, floor, intervention_unknown):

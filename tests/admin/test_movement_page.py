@@ -32,7 +32,7 @@ def test_the_header_shows_state_amount_approval_and_expiry(client, op, superviso
     html = page(client, movement)
 
     header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
-    assert "1,500.25 USDC" in header
+    assert "1,500.250000 USDC" in header
     assert "APPROVED" in header
     assert "by sam" in header  # approval info
     assert "by creator" in header
