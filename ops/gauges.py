@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.states import NodeState, RequestState
+from ops import venue_probe
 from ops.models import GaugeSnapshot
 from ops.status import snapshot
 
@@ -136,6 +137,8 @@ def compute() -> dict[str, Any]:
         "queue_depths": queue_depths(),
         "sender_queues": sender_queues(now),
         "exchange_clocks": exchange_clocks(),
+        # Chain heads per endpoint and Iris reachability, for the console's home page.
+        "venue_probe": venue_probe.probe(),
     }
 
 

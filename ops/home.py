@@ -85,6 +85,18 @@ def live_context(request) -> dict:
             chart_id="qtg-chart-settled",
             title="Movements completed per hour, last 24 hours",
         ),
+        "transit_charts": [
+            (
+                asset,
+                charts.bars_per_hour(
+                    series,
+                    chart_id=f"qtg-chart-transit-{asset}",
+                    title=f"{asset} that left a venue and had not arrived, hour by hour",
+                    unit=lambda value, asset=asset: money.display_amount(value, asset),
+                ),
+            )
+            for asset, series in console.money_in_transit(now=now).items()
+        ],
         "ttc_chart": charts.horizontal_bars(
             console.time_to_complete(now=now),
             chart_id="qtg-chart-ttc",
