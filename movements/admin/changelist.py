@@ -182,7 +182,9 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):
-        return format_html("{}&nbsp;{}", format_amount(obj.amount, obj.asset), obj.asset)
+        return format_html(
+            '<span class="qtg-num">{}</span> {}', format_amount(obj.amount, obj.asset), obj.asset
+        )
 
     @admin.display(description="from → to")
     def route(self, obj):
