@@ -13,17 +13,20 @@
   block and when it was seen, each exchange account's measured clock skew). No venue is asked
   from a page view.
 - ``failing_subscriptions``: active webhook subscriptions with dead or retrying deliveries.
-- ``settled_per_hour``, ``time_to_complete``, ``money_in_transit``: the charts' series.
+- ``settled_per_hour``, ``time_to_complete``, ``money_in_transit``: the charts' series (the
+  last computed on a schedule with the gauges and read back by ``stored_money_in_transit``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from itertools import accumulate
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, OuterRef, Q, Subquery
+from django.db.models import Avg, Count, F, Max, Min, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -344,37 +347,56 @@ def money_in_transit(*, now: datetime | None = None, hours: int = 24) -> dict[st
     """Per asset, the money that had left a venue and not arrived at the end of each of the
     last ``hours`` hours (oldest first; the last point is now): a movement's money left when
     its first side-effect node COMPLETED and arrived when the movement finished (a terminal
-    state). Only movements still open, or finished inside the window, can count."""
+    state). Only movements still open, or finished inside the window, can count: one grouped
+    query over their completed side-effect nodes, then each movement adds its amount to the
+    hours between leaving and arriving."""
     now = now or timezone.now()
     start = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
     points = [min(start + timedelta(hours=i + 1), now) for i in range(hours)]
-    left = (
-        MovementRequestNode.objects.filter(
-            request=OuterRef("pk"), has_side_effect=True, node_state=NodeState.COMPLETED
-        )
-        .order_by("state_changed_at")
-        .values("state_changed_at")[:1]
-    )
-    open_states = sorted(set(RequestState) - set(TERMINAL_REQUEST_STATES))
+    terminal = sorted(TERMINAL_REQUEST_STATES)
     rows = (
-        MovementRequest.objects.filter(
-            Q(request_state__in=open_states)
-            | Q(request_state__in=sorted(TERMINAL_REQUEST_STATES), state_changed_at__gte=start)
+        MovementRequestNode.objects.filter(
+            has_side_effect=True, node_state=NodeState.COMPLETED, state_changed_at__lt=now
         )
-        .annotate(left_at=Subquery(left))
-        .filter(left_at__isnull=False, left_at__lt=now)
-        .values_list("asset", "amount", "left_at", "request_state", "state_changed_at")
+        .filter(
+            ~Q(request__request_state__in=terminal)
+            | Q(request__request_state__in=terminal, request__state_changed_at__gte=start)
+        )
+        .values_list(
+            "request_id",
+            "request__asset",
+            "request__amount",
+            "request__request_state",
+            "request__state_changed_at",
+        )
+        .annotate(left_at=Min("state_changed_at"))
+        .order_by()
     )
-    series: dict[str, list[Decimal]] = {}
-    for asset, amount, left_at, state, changed in rows:
+    changes: dict[str, list[Decimal]] = {}
+    for _, asset, amount, state, changed, left_at in rows:
+        steps = changes.setdefault(asset, [Decimal(0)] * (hours + 1))
         arrived = changed if state in TERMINAL_REQUEST_STATES else None
-        totals = series.setdefault(asset, [Decimal(0)] * hours)
-        for i, point in enumerate(points):
-            if left_at <= point and (arrived is None or arrived > point):
-                totals[i] += amount
+        # It counts at each point from the first at or after it left, up to the first at or
+        # after it arrived.
+        steps[bisect_left(points, left_at)] += amount
+        steps[bisect_left(points, arrived) if arrived else hours] -= amount
     return {
-        asset: [(start + timedelta(hours=i), total) for i, total in enumerate(totals)]
-        for asset, totals in sorted(series.items())
+        asset: [
+            (start + timedelta(hours=i), total) for i, total in enumerate(accumulate(steps[:-1]))
+        ]
+        for asset, steps in sorted(changes.items())
+    }
+
+
+def stored_money_in_transit() -> tuple[datetime | None, dict[str, list]]:
+    """``money_in_transit`` as the gauges refresh last computed it (``ops.gauges``), and when;
+    the home page reads this instead of a day's history on every view."""
+    stored = GaugeSnapshot.objects.filter(name="current").first()
+    if stored is None or "money_in_transit" not in stored.values:
+        return None, {}
+    return stored.computed_at, {
+        asset: [(datetime.fromisoformat(hour), Decimal(total)) for hour, total in series]
+        for asset, series in stored.values["money_in_transit"].items()
     }
 
 

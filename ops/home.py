@@ -71,6 +71,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
 def live_context(request) -> dict:
     now = timezone.now()
     money_rows, money_totals = _money_rows()
+    transit_at, transit = console.stored_money_in_transit()
     return {
         "now": now,
         "queue": _queue_rows(console.my_queue(request.user, now=now)),
@@ -95,8 +96,9 @@ def live_context(request) -> dict:
                     unit=lambda value, asset=asset: money.display_amount(value, asset),
                 ),
             )
-            for asset, series in console.money_in_transit(now=now).items()
+            for asset, series in transit.items()
         ],
+        "transit_at": transit_at,
         "ttc_chart": charts.horizontal_bars(
             console.time_to_complete(now=now),
             chart_id="qtg-chart-ttc",

@@ -19,6 +19,7 @@ from movements.models import MovementRequest, OverrideAction
 from movements.permissions import SUPERVISORS
 from movements.services.overrides import override_propose
 from movements.states import NodeState, RequestState
+from ops import gauges
 from qtg.core import money
 from qtg.core.actors import Actor
 from tests.admin.conftest import TO_COMPLETED, drive, staff_user
@@ -381,6 +382,7 @@ def floor(supervisor, op, make_movement, executing, intervention_failed, setting
         actor=Actor.for_user(staff_user("sue", SUPERVISORS)),
         reason="the exchange returned the withdrawal",
     )
+    gauges.refresh()  # the home's money-in-transit series, as the scheduled refresh does
     return {"stuck": stuck, "proposal": proposal, "done": done}
 
 
