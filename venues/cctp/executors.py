@@ -24,7 +24,6 @@ from decimal import Decimal
 from typing import Any
 
 from eth_abi import encode as abi_encode
-from eth_utils import keccak
 
 from movements.executors.base import (
     DeterministicError,
@@ -41,6 +40,7 @@ from movements.executors.base import (
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
 from venues.cctp.allowance import ensure_allowance, settle_allowances
+from venues.cctp.calls import DEPOSIT_FOR_BURN, RECEIVE_MESSAGE
 from venues.cctp.config import USDC_DECIMALS, CctpChain, cctp_chain, iris_url, to_units
 from venues.cctp.iris import IrisClient, IrisMessage
 from venues.cctp.message import Message, address_to_bytes32
@@ -185,9 +185,6 @@ class CctpAttestationObserve(Executor):
 
 
 # --- on-chain actions -------------------------------------------------------------------------
-
-DEPOSIT_FOR_BURN = keccak(text="depositForBurn(uint256,uint32,bytes32,address)")[:4]
-RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
 
 
 def _evm(name: str) -> EvmChain:

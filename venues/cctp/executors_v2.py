@@ -49,6 +49,7 @@ from movements.executors.base import (
 )
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
+from venues.cctp.calls import DEPOSIT_FOR_BURN_V2, RECEIVE_MESSAGE
 from venues.cctp.config import CctpChain, iris_url, to_units
 from venues.cctp.executors import (
     PROVIDER,
@@ -76,10 +77,6 @@ from venues.evm import client
 from venues.evm.tx import ContractCall, Track, track, transaction_by_hash
 from venues.models import TxState
 
-DEPOSIT_FOR_BURN_V2 = keccak(
-    text="depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)"
-)[:4]
-RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
 MESSAGE_RECEIVED_V2_TOPIC = (
     "0x" + keccak(text="MessageReceived(address,uint32,bytes32,bytes32,uint32,bytes)").hex()
 )

@@ -24,6 +24,7 @@ from standins.iris import IrisService, SourceDomain
 from standins.iris_v2 import FeeSchedule, RateLimit
 from tests.execution.conftest import assert_history_replays
 from tests.movements.drive import node
+from tests.venues.pages import chain_transaction_page
 from venues.models import ChainTransaction, TxState
 
 from .conftest import ATTESTER_KEY, DOMAIN_A, DOMAIN_B, IRIS_CONFIRMATIONS, TREASURY, VAULT
@@ -467,3 +468,27 @@ def test_a_fast_burn_attested_then_reorged_is_held_and_minted_once(
     held = MovementEvent.objects.filter(request=request, node_key="attestation_observe")
     assert any("held" in (e.detail or {}) for e in held)
     assert_history_replays(request)
+
+
+def test_the_console_reads_a_v2_fast_burn_and_its_mint(
+    venues_on, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator, client
+):
+    """Issue 31: a V2 burn shows its amount, recipient, destination domain, max fee and
+    finality threshold; its mint the attested message's amount and recipient."""
+    a2, _ = cctp_v2
+    request = settle(
+        create(creator, bob, template="cctp_v2_fast", max_fee="0.01"), [chain_a, chain_b]
+    )
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    txs = list(ChainTransaction.objects.filter(movement=request).order_by("id"))
+    burn = next(tx for tx in txs if tx.node and tx.node.node_key == "burn")
+    mint = next(tx for tx in txs if tx.node and tx.node.node_key == "mint")
+
+    text, html = chain_transaction_page(client, burn)
+    assert f"CCTP V2 burn of 25.500001 USDC for {bob} on domain 3 (arbitrum)" in text
+    assert "max fee 0.01 USDC" in text and "finality threshold 1000 (fast)" in text
+    assert f"contract {a2.messenger.address}" in text
+    assert f'href="https://etherscan.io/tx/{burn.tx_hash}"' in html
+
+    text, _ = chain_transaction_page(client, mint)
+    assert f"CCTP V2 mint of 25.500001 USDC to {bob} from domain 0 (ethereum)" in text
