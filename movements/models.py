@@ -25,14 +25,9 @@ from movements.states import (
     RequestState,
 )
 from qtg.core.chain import ChainedModel, linked_constraint
-<<<<<<< HEAD
-from qtg.core.models import AppendOnlyModel, AuditEventModel, reviewed_model
+from qtg.core.models import AuditEventModel, reviewed_model
 from qtg.core.money import MONEY, display_amount
 from qtg.core.times import console_time
-=======
-from qtg.core.models import AuditEventModel, reviewed_model
-from qtg.core.money import MONEY, format_amount
->>>>>>> main
 
 RequestStateMachine = state_machine_base(
     name="RequestStateMachine",
