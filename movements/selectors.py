@@ -272,8 +272,6 @@ def open_attention_keys(movement: MovementRequest) -> list[str]:
 def permission_holders(permissions: list[str]) -> dict[str, list[str]]:
     """For each permission ("app_label.codename"), the groups that hold it, by name (one
     query): who may take an action, as the movement page says."""
-    from django.contrib.auth.models import Group
-
     wanted = {tuple(name.split(".", 1)) for name in permissions}
     rows = (
         Group.objects.filter(permissions__codename__in=[codename for _, codename in wanted])
