@@ -26,7 +26,8 @@ from movements.states import (
 )
 from qtg.core.chain import ChainedModel, linked_constraint
 from qtg.core.models import AuditEventModel, reviewed_model
-from qtg.core.money import MONEY, format_amount
+from qtg.core.money import MONEY, display_amount
+from qtg.core.times import console_time
 
 RequestStateMachine = state_machine_base(
     name="RequestStateMachine",
@@ -175,9 +176,8 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         ]
 
     def __str__(self) -> str:
-        return (
-            f"{self.template_key} {format_amount(self.amount)} {self.asset} ({self.request_state})"
-        )
+        amount = display_amount(self.amount, self.asset)
+        return f"{self.template_key} {amount} {self.asset} ({self.request_state})"
 
     @property
     def short_id(self) -> str:
@@ -535,7 +535,7 @@ class MovementApproval(ChainedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.approver} at {self.approved_at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.approver} at {console_time(self.approved_at)}"
 
 
 class AddressBookEntry(reviewed_model("address_entries")):

@@ -267,3 +267,20 @@ def open_attention_keys(movement: MovementRequest) -> list[str]:
     return list(
         movement.attentions.filter(resolved_at__isnull=True).values_list("node_key", flat=True)
     )
+
+
+def permission_holders(permissions: list[str]) -> dict[str, list[str]]:
+    """For each permission ("app_label.codename"), the groups that hold it, by name (one
+    query): who may take an action, as the movement page says."""
+    wanted = {tuple(name.split(".", 1)) for name in permissions}
+    rows = (
+        Group.objects.filter(permissions__codename__in=[codename for _, codename in wanted])
+        .values_list("permissions__content_type__app_label", "permissions__codename", "name")
+        .order_by("name")
+    )
+    holders: dict[str, list[str]] = {name: [] for name in permissions}
+    for app_label, codename, group in rows:
+        key = f"{app_label}.{codename}"
+        if key in holders:
+            holders[key].append(group)
+    return holders

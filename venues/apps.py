@@ -37,6 +37,7 @@ class VenuesConfig(AppConfig):
 
     def ready(self) -> None:
         from movements.executors.registry import registry
+        from qtg.core.assets import provide_asset_decimals
         from qtg.core.venues import provide_venues
         from venues import conf
 
@@ -61,6 +62,7 @@ class VenuesConfig(AppConfig):
             register_chain_fact_checks()
         # The accounts the reviewed configuration names are venues movements may name.
         provide_venues(conf.account_names(), details=conf.account_details())
+        provide_asset_decimals(conf.asset_decimals())
 
 
 def register_chain_fact_checks() -> None:

@@ -156,6 +156,27 @@ def account_details() -> dict[str, dict[str, Any]]:
     return details
 
 
+def asset_decimals() -> dict[str, int]:
+    """Each asset's decimals as the chains' entries give them (tokens and native coins; the
+    console shows amounts with them, ``qtg.core.assets``)."""
+    from qtg.core.chains import families
+
+    found: dict[str, int] = {}
+    for entry in section("chains", "chains").values():
+        entry = entry or {}
+        family = families().get(str(entry.get("kind") or ""))
+        symbol, places = family.native if family is not None else ("", 0)
+        native = entry.get("native") or {}
+        symbol = str(native.get("symbol") or symbol)
+        if symbol:
+            found[symbol] = int(native.get("decimals", places))
+        for symbol, token in (entry.get("tokens") or {}).items():
+            if isinstance(token, dict) and token.get("decimals") is not None:
+                places = int(token["decimals"])
+                found[str(symbol)] = max(places, found.get(str(symbol), 0))
+    return found
+
+
 def _native_symbol(kind: Any) -> str:
     from qtg.core.chains import families
 
