@@ -386,7 +386,7 @@ def test_the_reaper_is_recorded_with_the_worker_process_that_ran_it(make_movemen
     assert reaped.actor_id == f"lease-reaper@worker:{socket.gethostname()}:{os.getpid()}"
 
 
-def test_a_submits_answer_is_written_before_the_next_node_where_its_movement_has_another_side_effect(
+def test_a_submits_answer_is_written_at_once_where_its_movement_has_another_side_effect(
     make_movement, settings
 ):
     # The batch holds its other results for one write; a submit's answer is not held when

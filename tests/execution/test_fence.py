@@ -18,7 +18,12 @@ from movements.executors.base import (
     TransientError,
     VenueWait,
 )
-from movements.models import MovementEvent, MovementRequestNode
+from movements.models import (
+    AttentionReason,
+    MovementAttention,
+    MovementEvent,
+    MovementRequestNode,
+)
 from movements.services import execution
 from movements.services.execution import leases
 from movements.services.execution.leases import LeaseKeeper
@@ -190,6 +195,34 @@ def test_claims_lost_to_dead_workers_never_fail_a_node(make_movement, settings):
     withdraw = node(movement, "withdraw")
     assert movement.request_state == "COMPLETED"
     assert withdraw.dispatch_count == 7 and withdraw.venue_errors == 0
+
+
+def test_a_node_its_workers_keep_losing_asks_a_person_once_past_the_long_bound(
+    make_movement, settings
+):
+    settings.QTG_WAIT_ATTENTION_SECONDS = 3600
+    movement = make_movement(approve=True)
+    now = timezone.now()
+    raised = []
+    for minutes in (90, 60, 29, 1):  # its workers died while preparing it, for over an hour
+        claim = execution.claim_ready_node(owner="dying", as_of=now + timedelta(days=1))
+        expired = now - timedelta(minutes=minutes)
+        MovementRequestNode.objects.filter(pk=claim.node_id).update(lease_expires_at=expired)
+        execution.reap_expired_leases()
+        raised.append(MovementAttention.objects.filter(node_id=claim.node_id).count())
+
+    assert raised == [0, 0, 1, 1]  # past the bound, and once
+    withdraw = node(movement, "withdraw")
+    assert withdraw.node_state == NodeState.READY  # never FAILED for it, nothing was sent
+    attention = MovementAttention.objects.get(node=withdraw, resolved_at__isnull=True)
+    assert attention.reason == AttentionReason.STUCK
+    assert "workers have lost this node before its submit since" in attention.message
+    assert "nothing was sent" in attention.message
+
+    movement = settle(movement)  # a worker that lives submits it; the count starts afresh
+
+    assert movement.request_state == "COMPLETED"
+    assert node(movement, "withdraw").result.get("lost_since") is None
 
 
 @pytest.mark.parametrize(

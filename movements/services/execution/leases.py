@@ -29,6 +29,7 @@ from django.utils import timezone
 from movements.executors.base import LeaseLost
 from movements.instruments import lease_reaped
 from movements.models import MovementRequest, MovementRequestNode
+from movements.services.attention import attention_raise
 from movements.services.execution.outcomes import REAPED, NodeFacts, Then, Timing, lease_expired
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import save_leases, set_node_state
@@ -274,6 +275,16 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
                 detail={**outcome.detail, "reap_lag_seconds": round(lag, 3)},
                 update_fields=list(outcome.fields),
             )
+            if outcome.attention is not None:
+                attention_raise(
+                    request=request,
+                    node=node,
+                    reason=outcome.attention["reason"],
+                    message=outcome.attention["message"],
+                    evidence=outcome.attention["evidence"],
+                    since=now,
+                    actor=actor,
+                )
             if outcome.then is Then.DERIVE:
                 apply_request_state_from_nodes(request, actor=actor)
             transaction.on_commit(partial(lease_reaped, lag_seconds=lag))

@@ -85,8 +85,9 @@ def _submit_now(
     node.signed_payload = signed_payload
     node.lease_expires_at = lease_outlasting(node.fenced_until)
     node.submit_started_at = now
-    if (node.result or {}).get("waiting_since"):
-        node.result = {**node.result, "waiting_since": None}  # the venue let it through
+    if any((node.result or {}).get(key) for key in ("waiting_since", "lost_since")):
+        # The venue let it through, and a worker held it long enough to submit.
+        node.result = {**node.result, "waiting_since": None, "lost_since": None}
     _merge_result(node, detail)
     try:
         # No lock: the compare-and-set itself refuses while a node of the movement is FAILED
