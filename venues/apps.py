@@ -41,9 +41,14 @@ class VenuesConfig(AppConfig):
         from venues import conf
 
         for adapter in installed_adapters():
-            # The adapter's chain family (address spelling, finality vocabulary), if it has one.
-            if find_spec(f"{adapter}.family") is not None:
-                import_module(f"{adapter}.family").register()
+            # The adapter's chain family (address spelling, its chains.yaml parser, its
+            # transaction fields, finality words, fees, calls, explorer), if it has one; and
+            # the calls a protocol on a family registers with it (CCTP's burns and mints).
+            for part in ("family", "calls"):
+                if find_spec(f"{adapter}.{part}") is not None:
+                    module = import_module(f"{adapter}.{part}")
+                    if hasattr(module, "register"):
+                        module.register()
         for adapter in installed_adapters():
             module = f"{adapter}.executors"
             for declared, names in EXECUTORS.items():
