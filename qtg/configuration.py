@@ -228,7 +228,8 @@ VARIABLES: list[Var] = [
         "seconds",
         "3600",
         section=EXECUTION,
-        doc="A venue keeping a node waiting this long asks a person to look.",
+        doc="A venue keeping a node waiting, or workers losing it before its submit, this "
+        "long asks a person to look.",
     ),
     v("QTG_DISPATCH_BATCH", "count", "50", section=EXECUTION, doc="Nodes one sweep handles."),
     v("QTG_CLAIM_BATCH", "count", "50", section=EXECUTION, doc="Most nodes one claim locks."),

@@ -326,7 +326,9 @@ QTG_CLAIM_BATCH_MIN = int(env("QTG_CLAIM_BATCH_MIN", "8"))
 QTG_STUCK_AFTER_SECONDS = float(env("QTG_STUCK_AFTER_SECONDS", "1800"))
 QTG_RESULT_WRITE_SECONDS = float(env("QTG_RESULT_WRITE_SECONDS", "1"))
 # A claimed batch of at most this many nodes writes each result as it comes (latency); larger
-# ones hold results for QTG_RESULT_WRITE_SECONDS (fewer transactions).
+# ones hold results for QTG_RESULT_WRITE_SECONDS (fewer transactions), except a submit's answer
+# where its movement has another side-effect node (written at once: lost with a worker, it
+# would leave that movement to a person).
 QTG_RESULT_WRITE_AT_ONCE_BELOW = int(env("QTG_RESULT_WRITE_AT_ONCE_BELOW", "2"))
 QTG_SWEEP_FANOUT = int(env("QTG_SWEEP_FANOUT", "4"))
 

@@ -112,9 +112,9 @@ def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_moveme
     for position, node_id in enumerate(order):
         states = seen[node_id]
         assert states[node_id] == NodeState.SUBMITTING
-        # The ones before it have been submitted and their answers written (a submit's
-        # answer is never held with the batch's); the ones after it have not been touched.
-        assert all(states[other] == NodeState.COMPLETED for other in order[:position])
+        # The ones before it have been submitted (each movement has no other side effect:
+        # their answers are held with the batch's); the ones after it have not been touched.
+        assert all(states[other] == NodeState.SUBMITTING for other in order[:position])
         assert all(states[other] == NodeState.PREPARING for other in order[position + 1 :])
     for request in requests:
         assert node(request, "withdraw").node_state == NodeState.COMPLETED
@@ -149,8 +149,9 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     first, second = make_movement(approve=True), make_movement(approve=True)
     claims = execution.claim_ready_nodes(owner="dead-worker", limit=10)
     by_request = {claim.request_id: claim for claim in claims}
-    # The first withdrawal reaches the venue, its answer written at once; the worker is killed
-    # as it starts the second, before the venue hears of it.
+    # The first withdrawal reaches the venue, its answer held with the batch's (its movement
+    # has no other side effect); the worker is killed as it starts the second, before the
+    # venue hears of it.
     second_claim = by_request[second.pk]
     second_claim.executor.submit = lambda ctx: (_ for _ in ()).throw(SystemExit("killed"))
     ordered = [by_request[first.pk], second_claim]
@@ -158,7 +159,7 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
     with pytest.raises(SystemExit):
         execution.run_actions(ordered)
 
-    assert node(first, "withdraw").node_state == NodeState.COMPLETED
+    assert node(first, "withdraw").node_state == NodeState.SUBMITTING
     assert node(second, "withdraw").node_state == NodeState.SUBMITTING
     assert len(ledger("withdraw")) == 1
     # The leases expire, and so does the validity of any request the dead worker had sent.
@@ -170,8 +171,11 @@ def test_a_worker_that_dies_mid_batch_leaves_its_nodes_to_recovery_never_resubmi
 
     first, second = settle(first), settle(second)
 
+    # The first's lost answer cost a lease's wait, never a person: recovery found the
+    # withdrawal by its key, and it was not sent again.
     assert first.request_state == RequestState.COMPLETED
-    assert node_path(first, "withdraw")[-2:] == ["SUBMITTING", "COMPLETED"]
+    assert node_path(first, "withdraw")[-3:-1] == ["SUBMITTING", "UNKNOWN"]
+    assert node(first, "withdraw").attempt == 1
     # The second never reached the exchange (proven once its request's validity passed): a
     # new attempt, with a new key, took its place; the lost one was never submitted again.
     assert second.request_state == RequestState.COMPLETED
@@ -312,18 +316,17 @@ def test_fast_answers_of_a_large_batch_are_written_together(make_movement, setti
         assert len(locking_statements(queries.captured_queries)) == 2  # one transaction
 
 
-@pytest.mark.parametrize(("claim_min", "written_by_third_call"), [(10, 2), (3, 0)])
-def test_a_sweep_writes_each_answer_as_it_comes_unless_its_claim_came_back_full(
-    make_movement, settings, monkeypatch, claim_min, written_by_third_call
+@pytest.mark.parametrize(("write_seconds", "written_by_third_call"), [(60, 0), (0, 2)])
+def test_a_sweeps_answers_are_held_for_one_write_at_most_result_write_seconds(
+    make_movement, settings, monkeypatch, write_seconds, written_by_third_call
 ):
-    # Three observe nodes due. A claim of up to 10 comes back short (the queue is short:
-    # latency first, each answer written at once); a claim of 3 comes back full (more may be
-    # waiting: the answers are held for one write).
+    # Three observe nodes due, claimed together by a sweep whose queue is short: their
+    # answers are held for one write, but never longer than QTG_RESULT_WRITE_SECONDS.
     from movements.executors import get_executor
 
     settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 2
-    settings.QTG_RESULT_WRITE_SECONDS = 60
-    settings.QTG_CLAIM_BATCH_MIN = claim_min
+    settings.QTG_RESULT_WRITE_SECONDS = write_seconds
+    settings.QTG_CLAIM_BATCH_MIN = 10
     requests = [make_movement(approve=True) for _ in range(3)]
     execution.dispatch_ready_nodes(owner="w1", limit=3)
     seen = []
@@ -383,15 +386,21 @@ def test_the_reaper_is_recorded_with_the_worker_process_that_ran_it(make_movemen
     assert reaped.actor_id == f"lease-reaper@worker:{socket.gethostname()}:{os.getpid()}"
 
 
-def test_a_submits_answer_is_written_before_the_next_node_of_a_full_batch_is_prepared(
+def test_a_submits_answer_is_written_at_once_where_its_movement_has_another_side_effect(
     make_movement, settings
 ):
-    # A backlog (the claim came back full) holds the other results for one write; a submit's
-    # answer is never held: a worker that died holding it would leave its node UNKNOWN.
+    # The batch holds its other results for one write; a submit's answer is not held when
+    # another node of its movement has a side effect: a worker that died holding it would
+    # leave its node UNKNOWN beside a completed side effect, a movement for a person.
     settings.QTG_RESULT_WRITE_SECONDS = 3600
-    for _ in range(3):
-        make_movement(approve=True)
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 0
+    for _ in range(2):
+        # withdraw_a and withdraw_b both READY
+        make_movement(
+            "split_withdraw", approve=True, params={"second_source": "sandbox-exchange-c"}
+        )
     claims = execution.claim_ready_nodes(owner="w", limit=3)
+    assert [claim.shares_side_effects for claim in claims] == [True, True, True]
     ids = [claim.node_id for claim in claims]
     seen = []
     for claim in claims[1:]:
@@ -408,10 +417,32 @@ def test_a_submits_answer_is_written_before_the_next_node_of_a_full_batch_is_pre
         executor.prepare = traced_prepare
         claim.executor = executor
 
-    execution.run_actions(claims, backlog=True)
+    execution.run_actions(claims)
 
-    # When the second and the third are prepared, those before them are past their submit.
+    # When the second and the third are prepared, those before them are past their submit
+    # with their answers written (the third is of the other movement).
     assert seen == [
         [NodeState.COMPLETED, NodeState.PREPARING, NodeState.PREPARING],
         [NodeState.COMPLETED, NodeState.COMPLETED, NodeState.PREPARING],
     ]
+
+
+def test_a_movement_with_one_side_effect_has_its_submit_answers_written_with_the_batch(
+    make_movement, settings
+):
+    # Its answer lost with a worker costs a lease's wait (recovery finds it by its key), never
+    # a person: the batch writes the answers of such nodes together, one transaction.
+    settings.QTG_RESULT_WRITE_SECONDS = 3600
+    settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 0
+    requests = [make_movement(approve=True) for _ in range(3)]
+    claims = execution.claim_ready_nodes(owner="w", limit=3)
+    assert [claim.shares_side_effects for claim in claims] == [False, False, False]
+
+    with CaptureQueriesContext(connection) as queries:
+        execution.run_actions(claims)
+
+    for request in requests:
+        assert node(request, "withdraw").node_state == NodeState.COMPLETED
+    if connection.vendor == "postgresql":
+        # One result transaction: the movements locked once, their nodes locked once.
+        assert len(locking_statements(queries.captured_queries)) == 2

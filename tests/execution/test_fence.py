@@ -2,9 +2,13 @@
 flow: what a worker proves before a request leaves, what it counts, and in which order it
 works a batch. Run on SQLite and PostgreSQL."""
 
+import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from movements.executors.base import (
@@ -14,8 +18,14 @@ from movements.executors.base import (
     TransientError,
     VenueWait,
 )
-from movements.models import MovementEvent, MovementRequestNode
+from movements.models import (
+    AttentionReason,
+    MovementAttention,
+    MovementEvent,
+    MovementRequestNode,
+)
 from movements.services import execution
+from movements.services.execution import leases
 from movements.services.execution.leases import LeaseKeeper
 from movements.services.execution.results import Result, apply_results
 from movements.services.execution.sweeps import claim_sizes
@@ -32,7 +42,16 @@ def _expire(claim) -> None:
     )
 
 
-def test_a_worker_whose_lease_was_reaped_before_its_request_left_sends_nothing(make_movement):
+def _pause_past_the_lease(monkeypatch, settings) -> None:
+    """The monotonic clock a paused process finds when it runs again: a lease later."""
+    real = time.monotonic
+    later = SimpleNamespace(monotonic=lambda: real() + settings.QTG_LEASE_SECONDS)
+    monkeypatch.setattr(leases, "time", later)
+
+
+def test_a_worker_whose_lease_was_reaped_before_its_request_left_sends_nothing(
+    make_movement, monkeypatch, settings
+):
     movement = make_movement(approve=True)
     claim = execution.claim_ready_node(owner="paused-worker")
     sent = []
@@ -40,6 +59,7 @@ def test_a_worker_whose_lease_was_reaped_before_its_request_left_sends_nothing(m
 
     def paused_then_submit(ctx):
         # The worker is paused here, past its lease; meanwhile another worker reaps the node.
+        _pause_past_the_lease(monkeypatch, settings)
         _expire(claim)
         execution.reap_expired_leases()
         sent.append(True)
@@ -55,6 +75,54 @@ def test_a_worker_whose_lease_was_reaped_before_its_request_left_sends_nothing(m
     assert ledger("withdraw") == []  # the fence refused: nothing reached the exchange
     late = MovementEvent.objects.get(node=withdraw, detail__late_result="submit")
     assert "LeaseLost" in late.detail["outcome"]["error"]
+
+
+def test_a_fence_right_after_the_submitting_compare_and_set_is_proven_by_it(make_movement):
+    # The compare-and-set to SUBMITTING proved the lease for the submit's timeout (and a
+    # second more, on the node): an executor's fence at once after it needs no statement.
+    movement = make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    fences = []
+    real_submit = claim.executor.submit
+
+    def counted_submit(ctx):
+        # The sandbox's submit fences right before its withdrawal leaves.
+        with CaptureQueriesContext(connection) as queries:
+            submitted = real_submit(ctx)
+        fences.append(sum("fenced_until" in q["sql"] for q in queries.captured_queries))
+        return submitted
+
+    claim.executor.submit = counted_submit
+
+    execution.run_actions([claim])
+
+    withdraw = node(movement, "withdraw")
+    assert fences == [0]
+    timeout = timedelta(seconds=claim.executor.call_timeout(claim.context))
+    assert withdraw.fenced_until >= withdraw.fenced_at + timeout + timedelta(seconds=1)
+    assert len(ledger("withdraw")) == 1
+
+
+def test_a_fence_after_a_pause_proves_the_lease_again(make_movement, monkeypatch, settings):
+    make_movement(approve=True)
+    claim = execution.claim_ready_node(owner="w1")
+    fences = []
+    real_submit = claim.executor.submit
+
+    def paused_submit(ctx):
+        _pause_past_the_lease(monkeypatch, settings)
+        with CaptureQueriesContext(connection) as queries:
+            ctx.fence(claim.executor.call_timeout(ctx))
+        fences.append(any("fenced_until" in q["sql"] for q in queries.captured_queries))
+        return real_submit(ctx)
+
+    claim.executor.submit = paused_submit
+
+    execution.run_actions([claim])
+
+    # The pause's fence and the submit's own: each a statement (the proof is used once).
+    assert fences == [True]
+    assert len(ledger("withdraw")) == 1
 
 
 def test_the_fence_refuses_a_stale_epoch_even_for_the_same_owner(make_movement):
@@ -127,6 +195,34 @@ def test_claims_lost_to_dead_workers_never_fail_a_node(make_movement, settings):
     withdraw = node(movement, "withdraw")
     assert movement.request_state == "COMPLETED"
     assert withdraw.dispatch_count == 7 and withdraw.venue_errors == 0
+
+
+def test_a_node_its_workers_keep_losing_asks_a_person_once_past_the_long_bound(
+    make_movement, settings
+):
+    settings.QTG_WAIT_ATTENTION_SECONDS = 3600
+    movement = make_movement(approve=True)
+    now = timezone.now()
+    raised = []
+    for minutes in (90, 60, 29, 1):  # its workers died while preparing it, for over an hour
+        claim = execution.claim_ready_node(owner="dying", as_of=now + timedelta(days=1))
+        expired = now - timedelta(minutes=minutes)
+        MovementRequestNode.objects.filter(pk=claim.node_id).update(lease_expires_at=expired)
+        execution.reap_expired_leases()
+        raised.append(MovementAttention.objects.filter(node_id=claim.node_id).count())
+
+    assert raised == [0, 0, 1, 1]  # past the bound, and once
+    withdraw = node(movement, "withdraw")
+    assert withdraw.node_state == NodeState.READY  # never FAILED for it, nothing was sent
+    attention = MovementAttention.objects.get(node=withdraw, resolved_at__isnull=True)
+    assert attention.reason == AttentionReason.STUCK
+    assert "workers have lost this node before its submit since" in attention.message
+    assert "nothing was sent" in attention.message
+
+    movement = settle(movement)  # a worker that lives submits it; the count starts afresh
+
+    assert movement.request_state == "COMPLETED"
+    assert node(movement, "withdraw").result.get("lost_since") is None
 
 
 @pytest.mark.parametrize(

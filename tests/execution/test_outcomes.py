@@ -463,11 +463,36 @@ def test_an_expired_lease_sends_the_node_where_its_money_may_be(state, target, r
         f"the lease of worker w1 expired at {expired.isoformat()} during {state}"
     )
     assert "venue_errors" not in outcome.fields
+    lost = {} if target == UNKNOWN else {"lost_since": expired.isoformat()}
     assert outcome.detail == {
         "reason": "lease expired",
         "lease_owner": "w1",
         "lease_expired_at": expired.isoformat(),
+        **lost,
     }
+    assert outcome.attention is None
+
+
+@pytest.mark.parametrize(("lost_for", "asks"), [(3599, False), (3600, True)])
+def test_a_node_lost_before_its_submit_again_and_again_asks_a_person_past_the_bound(lost_for, asks):
+    expired = NOW - timedelta(seconds=1)
+    first = expired - timedelta(seconds=lost_for)
+    facts = node(
+        PREPARING,
+        dispatch_count=9,
+        lease_owner="w1",
+        lease_expires_at=expired,
+        result={"lost_since": first.isoformat()},
+    )
+
+    outcome = lease_expired(facts, now=NOW, timing=replace(TIMING, wait_attention_seconds=3600))
+
+    assert outcome.target == NS.READY  # never FAILED for it: nothing was sent
+    assert outcome.fields["result"]["lost_since"] == first.isoformat()
+    assert (outcome.attention is not None) == asks
+    if asks:
+        assert outcome.attention["reason"] == "stuck"
+        assert "9 claims" in outcome.attention["message"]
 
 
 def test_late_evidence_keeps_what_the_venue_said():

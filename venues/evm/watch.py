@@ -14,7 +14,6 @@ from django.utils import timezone
 from movements.public import NodeState, node_conclusion_contradicted
 from qtg.core.actors import Actor
 from venues.evm.config import evm_chains
-from venues.evm.endpoints import _sightings
 from venues.models import ChainTransaction, TxPurpose, TxState
 from venues.transactions import chain_transaction_transition
 
@@ -49,6 +48,10 @@ def watch_concluded(*, now=None) -> int:
 
 
 def _look(chain, tx: ChainTransaction) -> int:
+    # The RPC client (web3) is imported only once there is a transaction to look at: every
+    # worker runs this watch, and most never hold a concluded EVM transfer.
+    from venues.evm.endpoints import _sightings
+
     answers = _sightings(chain, [tx.tx_hash])
     seen = next((entry for entry, _ in answers if "receipt" in entry), None)
     if seen is None:

@@ -97,6 +97,9 @@ class Claim:
     node: MovementRequestNode
     # The lease epoch this claim holds: every fence and every result is checked against it.
     epoch: int = 0
+    # Another node of the movement has a side effect: this node's submit answer is written as
+    # soon as it comes (``runs``). Unknown (True) unless the claim read it.
+    shares_side_effects: bool = True
 
 
 def due(now: Any) -> Q:
@@ -116,6 +119,15 @@ def failed_sibling() -> Exists:
     )
 
 
+def other_side_effect() -> Exists:
+    """Another current node of the same movement has a side effect (for a query on nodes)."""
+    return Exists(
+        MovementRequestNode.objects.filter(
+            request_id=OuterRef("request_id"), is_current=True, has_side_effect=True
+        ).exclude(node_key=OuterRef("node_key"))
+    )
+
+
 def _claimable(states: tuple, request_states: tuple, now: Any):
     qs = (
         MovementRequestNode.objects.current()
@@ -124,7 +136,9 @@ def _claimable(states: tuple, request_states: tuple, now: Any):
         .exclude(kind=NodeKind.MANUAL_GATE)
     )
     if NS.READY in states:
-        qs = qs.filter(Q(has_side_effect=False) | ~failed_sibling())
+        qs = qs.filter(Q(has_side_effect=False) | ~failed_sibling()).annotate(
+            shares_side_effects=other_side_effect()
+        )
     return (
         qs.select_related("request", "plan_node")
         # The request row is locked in the same statement as the node, and skipped if anyone
@@ -288,6 +302,7 @@ def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
             executor=get_executor(node.executor),
             context=_context(node, upstream.get(node.request_id, {}), owner),
             node=node,
+            shares_side_effects=getattr(node, "shares_side_effects", True),
         )
         for node in nodes
     ]

@@ -14,6 +14,7 @@ UNKNOWN (it may have), to be reconciled through ``recover``, never submitted aga
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
@@ -28,6 +29,7 @@ from django.utils import timezone
 from movements.executors.base import LeaseLost
 from movements.instruments import lease_reaped
 from movements.models import MovementRequest, MovementRequestNode
+from movements.services.attention import attention_raise
 from movements.services.execution.outcomes import REAPED, NodeFacts, Then, Timing, lease_expired
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import save_leases, set_node_state
@@ -72,14 +74,44 @@ def renewed_lease() -> Any:
     return Greatest(plain, Coalesce(fenced, plain), output_field=DateTimeField())
 
 
+# How long after the compare-and-set to SUBMITTING (which fences in the same statement) the
+# executor's own fence may use that proof instead of a statement of its own. The compare-and-set
+# records a deadline this much later than the call's timeout, so a call let out within the
+# window ends before the deadline recovery reads, exactly as if it had been fenced then.
+FENCE_REUSE_SECONDS = 1.0
+
+
 class Fence:
     """``ExecutionContext.fence`` for one claimed node (see there): proves the lease, in one
-    statement, right before a side-effecting call leaves the process."""
+    statement, right before a side-effecting call leaves the process.
+
+    The compare-and-set that moves the node to SUBMITTING is such a statement (``proven``):
+    an executor that fences right after it, within ``FENCE_REUSE_SECONDS`` by the monotonic
+    clock (which runs on while a process is paused), for no longer a timeout and with nothing
+    to run under the fence, is let out on that proof, once, without a second round trip.
+    Nobody can take a live lease, and the proof left it more than the call's timeout."""
 
     def __init__(self, node_id: int, owner: str, epoch: int) -> None:
         self.node_id, self.owner, self.epoch = node_id, owner, epoch
+        self._proof: tuple[float, float, datetime] | None = None
+
+    def proven(self, *, at: float, timeout: float, deadline: datetime) -> None:
+        """The lease was proven (at monotonic time ``at``, before the proving statement was
+        sent) for a call of ``timeout`` seconds with ``deadline`` recorded on the node."""
+        self._proof = (at, timeout, deadline)
+
+    def _fresh_proof(self, timeout: float) -> datetime | None:
+        proof, self._proof = self._proof, None
+        if proof is None:
+            return None
+        at, proven_timeout, deadline = proof
+        if float(timeout) > proven_timeout or time.monotonic() - at > FENCE_REUSE_SECONDS:
+            return None
+        return deadline
 
     def __call__(self, timeout: float, then: Callable[[], None] | None = None) -> datetime:
+        if then is None and (deadline := self._fresh_proof(timeout)) is not None:
+            return deadline
         now = timezone.now()
         deadline = now + timedelta(seconds=float(timeout))
         with transaction.atomic():
@@ -243,6 +275,16 @@ def reap_expired_leases(*, actor: Actor | None = None, limit: int = 500) -> int:
                 detail={**outcome.detail, "reap_lag_seconds": round(lag, 3)},
                 update_fields=list(outcome.fields),
             )
+            if outcome.attention is not None:
+                attention_raise(
+                    request=request,
+                    node=node,
+                    reason=outcome.attention["reason"],
+                    message=outcome.attention["message"],
+                    evidence=outcome.attention["evidence"],
+                    since=now,
+                    actor=actor,
+                )
             if outcome.then is Then.DERIVE:
                 apply_request_state_from_nodes(request, actor=actor)
             transaction.on_commit(partial(lease_reaped, lag_seconds=lag))

@@ -573,11 +573,28 @@ def lease_expired(node: NodeFacts, *, now: datetime, timing: Timing) -> Outcome:
     if target == NS.UNKNOWN:
         why += ": the submit may have left; recovery asks the venue"
     fields = {**_RELEASED, "next_attempt_at": retry_at, "last_error": why[:LAST_ERROR_LENGTH]}
+    attention = None
     if target == NS.UNKNOWN:
         fields["result"] = {**(node.result or {}), "lease_lost": True}
+    else:
+        # Lost before its submit, again and again (its workers keep dying on it): never
+        # FAILED for that, but past the long bound a person is asked, once.
+        lost_since = (node.result or {}).get("lost_since") or expired_at or now.isoformat()
+        fields["result"] = {**(node.result or {}), "lost_since": lost_since}
+        # From the first loss to this one (how late a reaper came adds nothing).
+        lost = ((node.lease_expires_at or now) - datetime.fromisoformat(lost_since)).total_seconds()
+        detail["lost_since"] = lost_since
+        if lost >= timing.wait_attention_seconds:
+            attention = {
+                "reason": "stuck",
+                "message": f"workers have lost this node before its submit since {lost_since} "
+                f"({lost:.0f} s, {node.dispatch_count} claims; the last: {why}); nothing was "
+                "sent: find out why its workers die",
+                "evidence": dict(detail),
+            }
     # Derived again either way: UNKNOWN may need a person, and a node back to READY no longer
     # moves money, which may settle a movement waiting on it (a sibling FAILED meanwhile).
-    return Outcome(target, fields, detail, then=Then.DERIVE)
+    return Outcome(target, fields, detail, then=Then.DERIVE, attention=attention)
 
 
 AFTER_SUBMIT_RULES = {"submit": after_submit, "observe": observed, "recover": recovered}

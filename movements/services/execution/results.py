@@ -11,8 +11,8 @@ result never costs the others.
 Applying a result is: lock, ``outcomes.decide`` (pure), write. Results are held until the batch
 is done, or written sooner once ``QTG_RESULT_WRITE_SECONDS`` have gone by since the last
 write, so a slow venue never leaves a known result unwritten for long (``Unwritten``). A
-submit's result is never held: a node whose answer is known but unwritten is SUBMITTING, and
-a worker's death would turn it UNKNOWN.
+submit's result is held only where losing it cannot need a person: a node whose answer is
+known but unwritten is SUBMITTING, and a worker's death turns it UNKNOWN (``runs``).
 """
 
 import logging
@@ -252,16 +252,15 @@ class Unwritten:
         results: list[Result] | None = None,
         *,
         batch_size: int = 0,
-        backlog: bool | None = None,
     ) -> None:
         self.results = list(results or [])
         self.seen = list(self.results)
         self.written_at = time.monotonic()
-        # A short queue (latency matters more than transactions) writes each result as it
-        # comes; a backlog (the claim came back full: more is waiting) holds them for one
-        # transaction. Without word of the queue, a small batch counts as a short queue.
-        short = batch_size <= settings.QTG_RESULT_WRITE_AT_ONCE_BELOW
-        self.at_once = short or backlog is False
+        # A batch of one or two writes each result as it comes (holding saves next to no
+        # transaction); a larger one holds them for one transaction. A write costs about as
+        # much as a whole sandbox node (lock the movements, derive, callbacks, audit chain),
+        # so holding also brings the batch's last result, its slowest, in sooner.
+        self.at_once = batch_size <= settings.QTG_RESULT_WRITE_AT_ONCE_BELOW
 
     def add(self, result: Result, *, at_once: bool = False) -> None:
         """Hold ``result`` (written with those held before it now when ``at_once``)."""

@@ -1,7 +1,7 @@
 """Running a claimed batch: the executor calls, one node after another (each taken as far as
 it goes before the next), with no transaction open and no lock held, and their results
-written as they come: a submit's at once, the others held at most
-``QTG_RESULT_WRITE_SECONDS`` (``results``).
+written as they come: held for one write at most ``QTG_RESULT_WRITE_SECONDS`` (``results``),
+but a submit's at once where its movement has another side-effect node (see ``_run_actions``).
 
 The one exception is SUBMITTING, which a node enters alone, right before its own submit, by a
 compare-and-set on its state and lease that also finds no FAILED node in its movement, in one
@@ -17,6 +17,7 @@ written leaves its nodes in SUBMITTING: their leases expire, and recovery asks t
 (``leases.reap_expired_leases``); they are never submitted again.
 """
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -30,7 +31,12 @@ from movements.executors.base import Submitted
 from movements.instruments import venue_call
 from movements.models import MovementRequest, MovementRequestNode
 from movements.services.execution.claims import Claim, worker_actor
-from movements.services.execution.leases import LeaseKeeper, lease_outlasting
+from movements.services.execution.leases import (
+    FENCE_REUSE_SECONDS,
+    Fence,
+    LeaseKeeper,
+    lease_outlasting,
+)
 from movements.services.execution.results import Result, Unwritten, apply_results, late_result
 from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import set_node_state
@@ -70,15 +76,18 @@ def _submit_now(
         late_result(claim, phase, {"detail": detail}, f"node {node.node_key} is {node.node_state}")
         return False
     # The fence: the same statement proves the lease (owner and epoch) and makes it outlast
-    # the submit call's timeout; an executor fences again right before its request leaves.
-    now = timezone.now()
+    # the submit call's timeout; an executor fences again right before its request leaves,
+    # on this proof when that is at once (``leases.Fence``).
+    proved_at, now = time.monotonic(), timezone.now()
+    timeout = claim.executor.call_timeout(claim.context)
     node.fenced_at = now
-    node.fenced_until = now + timedelta(seconds=claim.executor.call_timeout(claim.context))
+    node.fenced_until = now + timedelta(seconds=timeout + FENCE_REUSE_SECONDS)
     node.signed_payload = signed_payload
     node.lease_expires_at = lease_outlasting(node.fenced_until)
     node.submit_started_at = now
-    if (node.result or {}).get("waiting_since"):
-        node.result = {**node.result, "waiting_since": None}  # the venue let it through
+    if any((node.result or {}).get(key) for key in ("waiting_since", "lost_since")):
+        # The venue let it through, and a worker held it long enough to submit.
+        node.result = {**node.result, "waiting_since": None, "lost_since": None}
     _merge_result(node, detail)
     try:
         # No lock: the compare-and-set itself refuses while a node of the movement is FAILED
@@ -107,6 +116,8 @@ def _submit_now(
         outcome = {"detail": detail, "signed": bool(signed_payload)}
         late_result(claim, phase, outcome, f"node {node.node_key} changed or its lease was lost")
         return False
+    if isinstance(claim.context.fence, Fence):
+        claim.context.fence.proven(at=proved_at, timeout=timeout, deadline=node.fenced_until)
     return True
 
 
@@ -150,24 +161,22 @@ def _hold_back(claim: Claim, failed: list[str]) -> None:
     apply_request_state_from_nodes(node.request, actor=actor)
 
 
-def run_actions(claims: list[Claim], *, backlog: bool | None = None) -> dict[int, NodeState | None]:
+def run_actions(claims: list[Claim]) -> dict[int, NodeState | None]:
     """PREPARING -> [AWAITING_SIGNATURE ->] SUBMITTING -> SUBMITTED/COMPLETED (or FAILED,
     READY with backoff, UNKNOWN) for a batch of claimed action nodes, each executor call made
     with no transaction open. Each node is taken as far as it goes (prepared, signed,
     submitted) before the next one is prepared, so a worker that dies mid-batch leaves at most
-    one node with a call in flight; a submit's result is written as it comes, the others
-    (prepare and sign failures) held at most ``QTG_RESULT_WRITE_SECONDS`` (``Unwritten``).
-    SUBMITTING is entered alone, right before the node's own submit (see ``_submit_now``).
-    Returns each node's state when this worker let go of it."""
+    one node with a call in flight; results are held at most ``QTG_RESULT_WRITE_SECONDS``
+    (``Unwritten``), a submit's written at once where another node of its movement has a side
+    effect. SUBMITTING is entered alone, right before the node's own submit (see
+    ``_submit_now``). Returns each node's state when this worker let go of it."""
     with LeaseKeeper(claims) as leases:
-        return _run_actions(claims, leases, backlog)
+        return _run_actions(claims, leases)
 
 
-def _run_actions(
-    claims: list[Claim], leases: LeaseKeeper, backlog: bool | None
-) -> dict[int, NodeState | None]:
+def _run_actions(claims: list[Claim], leases: LeaseKeeper) -> dict[int, NodeState | None]:
     outcome: dict[int, NodeState | None] = {claim.node_id: None for claim in claims}
-    unwritten = Unwritten(batch_size=len(claims), backlog=backlog)
+    unwritten = Unwritten(batch_size=len(claims))
     for claim in claims:
         leases.tick()
         if unwritten.holds(claim.request_id):
@@ -176,11 +185,13 @@ def _run_actions(
             unwritten.write()
         result = _run_action(claim, leases)
         if result is not None:
-            # A submit's result is written at once: until it is, the node stays SUBMITTING,
-            # and a worker that dies meanwhile leaves it to recovery as UNKNOWN (its movement
-            # to a person, if a sibling's money already moved). Only the one call in flight
-            # may be lost with a worker, never the answers it already had.
-            unwritten.add(result, at_once=result.phase == "submit")
+            # Until a submit's answer is written the node stays SUBMITTING, and a worker that
+            # dies meanwhile leaves it to recovery as UNKNOWN. Recovery settles it by itself
+            # unless another side effect of the movement completed: then it is a person's
+            # (derivation's MANUAL_INTERVENTION), so such an answer is never held. Any other
+            # answer lost with a worker costs a lease's wait, not a person's time.
+            at_once = result.phase == "submit" and claim.shares_side_effects
+            unwritten.add(result, at_once=at_once)
     unwritten.write()
     for result in unwritten.seen:
         if result.applied:
@@ -252,12 +263,12 @@ def _ask(method: str) -> Callable[[Claim], Result]:
 
 
 def _ask_each_then_apply(
-    claims: list[Claim], ask: Callable[[Claim], Result], backlog: bool | None = None
+    claims: list[Claim], ask: Callable[[Claim], Result]
 ) -> dict[int, NodeState | None]:
     """Ask the venue about each claimed node in turn (no transaction open) and write the
     answers together (see ``results.Unwritten``). Returns each node's new state (None where
     it did not move)."""
-    unwritten = Unwritten(batch_size=len(claims), backlog=backlog)
+    unwritten = Unwritten(batch_size=len(claims))
     with LeaseKeeper(claims) as leases:
         for claim in claims:
             leases.tick()
@@ -266,18 +277,14 @@ def _ask_each_then_apply(
     return {result.claim.node_id: result.value for result in unwritten.seen}
 
 
-def run_observes(
-    claims: list[Claim], *, backlog: bool | None = None
-) -> dict[int, NodeState | None]:
+def run_observes(claims: list[Claim]) -> dict[int, NodeState | None]:
     """One observation of each claimed SUBMITTED/OBSERVING node: COMPLETED, FAILED, UNKNOWN
     (ambiguous, or a reorg: recorded with its evidence first), or still pending (polled again
     later). Returns each node's new state (None while still pending)."""
-    return _ask_each_then_apply(claims, _ask("observe"), backlog)
+    return _ask_each_then_apply(claims, _ask("observe"))
 
 
-def run_recovers(
-    claims: list[Claim], *, backlog: bool | None = None
-) -> dict[int, NodeState | None]:
+def run_recovers(claims: list[Claim]) -> dict[int, NodeState | None]:
     """Reconcile each claimed UNKNOWN node with its venue: SUBMITTED, COMPLETED or FAILED; any
     error or an unanswerable question leaves the node UNKNOWN, to be asked again later."""
-    return _ask_each_then_apply(claims, _ask("recover"), backlog)
+    return _ask_each_then_apply(claims, _ask("recover"))

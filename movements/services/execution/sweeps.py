@@ -28,11 +28,11 @@ from movements.states import NodeState
 NS = NodeState
 
 
-def _run_dispatched(claims: list[Claim], *, backlog: bool | None = None) -> None:
+def _run_dispatched(claims: list[Claim]) -> None:
     # The action nodes first: each was claimed PREPARING and is about to move money, while
     # an observe node only polls (a first look a moment later costs nothing).
-    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE], backlog=backlog)
-    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE], backlog=backlog)
+    run_actions([claim for claim in claims if claim.kind != NodeKind.OBSERVE])
+    run_observes([claim for claim in claims if claim.kind == NodeKind.OBSERVE])
 
 
 def claim_sizes(smallest: int, largest: int):
@@ -61,9 +61,7 @@ def _sweep(claim_batch, run_batch, *, owner: str, limit: int, as_of: Any = None)
         claims = claim_batch(owner=owner, as_of=as_of, limit=min(size, limit - done))
         if not claims:
             break
-        # A claim that came back full says more is waiting (hold results for one write); one
-        # that did not, that the queue is short (write each result as it comes).
-        run_batch(claims, backlog=len(claims) >= size)
+        run_batch(claims)
         done += len(claims)
         size = sizes.send(len(claims))
     return done
