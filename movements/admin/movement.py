@@ -331,9 +331,13 @@ class MovementRequestAdmin(MovementChangelistAdmin):
                     if proposal is not None:
                         self.message_user(
                             request,
-                            f"{action.label} proposed: another supervisor confirms it on the "
-                            f"Override proposals page before "
-                            f"{proposal.expires_at:%Y-%m-%d %H:%M} UTC.",
+                            format_html(
+                                '{} proposed: another supervisor confirms it on the <a href="{}">'
+                                "Override proposals</a> page before {} UTC.",
+                                action.label,
+                                reverse("admin:movements_overrideproposal_changelist"),
+                                f"{proposal.expires_at:%Y-%m-%d %H:%M}",
+                            ),
                             messages.WARNING,
                         )
                     else:
