@@ -76,7 +76,9 @@ def test_setup_groups_creates_every_role_with_its_permissions(db):
         "venues.view_cexclock",
     }
     # people, not money: nothing of a movement
-    assert {p for p in perms_of(SECURITY_ADMINS) if p.split(".")[0] in ("movements", "venues")} == set()
+    assert {
+        p for p in perms_of(SECURITY_ADMINS) if p.split(".")[0] in ("movements", "venues")
+    } == set()
     assert {"auth.change_user", "otp_totp.add_totpdevice", "axes.delete_accessattempt"} <= (
         perms_of(SECURITY_ADMINS)
     )

@@ -22,7 +22,7 @@ logger = logging.getLogger("qtg.audit")
 
 
 class Command(BaseCommand):
-    help = "Migrate, role groups, collectstatic, reset the metrics directory, check roles, checkpoint."
+    help = "Migrate, role groups, collectstatic, reset metrics, check db roles, checkpoint."
 
     def handle(self, *args, **options):
         call_command("migrate", interactive=False, verbosity=0)
