@@ -44,12 +44,14 @@ def test_an_approval_waiting_is_written_with_the_movement_and_sent_by_the_worker
     people, make_movement, eager_tasks, django_capture_on_commit_callbacks
 ):
     # given the movement is created by the operator; while its transaction is open
-    with django_capture_on_commit_callbacks(execute=False) as after_commit:
-        with transaction.atomic():
-            movement = make_movement(amount="2500.00")
-            # then the notifications are rows of the same transaction, and nothing is sent yet
-            assert told(Kind.APPROVAL_WAITING) == {"ann", "sam", "sue"}
-            assert mail.outbox == []
+    with (
+        django_capture_on_commit_callbacks(execute=False) as after_commit,
+        transaction.atomic(),
+    ):
+        movement = make_movement(amount="2500.00")
+        # then the notifications are rows of the same transaction, and nothing is sent yet
+        assert told(Kind.APPROVAL_WAITING) == {"ann", "sam", "sue"}
+        assert mail.outbox == []
     assert mail.outbox == []
 
     # when it commits and the worker runs the queued tasks
