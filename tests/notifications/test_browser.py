@@ -1,7 +1,6 @@
 """In Chromium: a supervisor picks their notifications on *My notifications*; another
 supervisor proposes an override in the console, and the first is emailed by the worker."""
 
-import pytest
 from django.core import mail
 
 from movements.models import OverrideProposal
