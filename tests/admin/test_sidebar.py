@@ -28,7 +28,13 @@ def test_a_supervisor_sees_the_pages_grouped_by_task(client, supervisor):
 
     groups = groups_of(client.get("/admin/").content.decode())
 
-    assert list(groups) == ["Movements", "Approvals &amp; policy", "Venues", "Integrations"]
+    assert list(groups) == [
+        "Movements",
+        "Approvals &amp; policy",
+        "Venues",
+        "Integrations",
+        "Notifications",
+    ]
     assert "Chain transactions" in groups["Venues"]
     assert "Movement requests" in groups["Movements"]
     assert "Override proposals" in groups["Approvals &amp; policy"]
@@ -65,6 +71,7 @@ MONEY_PAGES = {
     ],
     "Venues": ["Chain transactions", "Chain ledger entries", "Cex withdrawals"],
     "Integrations": ["Subscriptions", "Deliveries", "Api tokens"],
+    "Notifications": ["My notifications"],
 }
 
 
@@ -101,6 +108,7 @@ MONEY_PAGES = {
                     "Access failures",
                     "Access logs",
                 ],
+                "Notifications": ["My notifications"],
             },
         ),
     ],
