@@ -227,38 +227,31 @@ def _record(
     ]
     preferences = _preferences(people)
     message = _message(kind, movement, proposal, detail)
+    # What every notification of the event says, whoever it goes to.
+    said = {
+        "kind": kind,
+        "request": movement,
+        "proposal": proposal,
+        "subject": message.subject,
+        "body": message.body,
+        "url": message.url,
+        "created_at": now,
+        "next_attempt_at": now,
+    }
     rows = [
         Notification(
-            kind=kind,
             channel=Channel.EMAIL,
             mode=_mode(preferences, user, kind),
             recipient=user,
             address=user.email,
-            request=movement,
-            proposal=proposal,
-            subject=message.subject,
-            body=message.body,
-            url=message.url,
-            created_at=now,
-            next_attempt_at=now,
+            **said,
         )
         for user in people
         if _mode(preferences, user, kind) != Mode.OFF
     ]
     if settings.QTG_NOTIFY_CHAT_WEBHOOK_URL:
         rows.append(
-            Notification(
-                kind=kind,
-                channel=Channel.CHAT,
-                address=settings.QTG_NOTIFY_CHAT_WEBHOOK_URL,
-                request=movement,
-                proposal=proposal,
-                subject=message.subject,
-                body=message.body,
-                url=message.url,
-                created_at=now,
-                next_attempt_at=now,
-            )
+            Notification(channel=Channel.CHAT, address=settings.QTG_NOTIFY_CHAT_WEBHOOK_URL, **said)
         )
     Notification.objects.bulk_create(rows)
     outbox.queue_after_commit(SEND_TASK, [r.pk for r in rows if r.mode == Mode.IMMEDIATE])
