@@ -96,6 +96,37 @@ def pytest_collection_modifyitems(config, items):
         if reason:
             for item in devchain_items:
                 item.add_marker(pytest.mark.skip(reason=f"devchain: {reason}"))
+    items[:] = longest_files_first(items)
+
+
+# Files holding tests of these markers take minutes (real processes, devchains, a browser);
+# the rest take seconds. pytest-xdist (`--dist loadfile`) hands files out in collection order,
+# so the long ones go first and the short ones fill the processes in around them, rather than
+# one long file starting last and running alone at the end.
+LONG_MARKERS = ("slow", "devchain", "browser", "standin")
+
+
+def longest_files_first(items):
+    def weight(item):
+        return next(
+            (rank for rank, name in enumerate(LONG_MARKERS) if name in item.keywords),
+            len(LONG_MARKERS),
+        )
+
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def file_weight(tests):
+        running = [weight(item) for item in tests if not _skipped(item)]
+        return min(running, default=len(LONG_MARKERS) + 1)
+
+    ordered = sorted(by_file.values(), key=file_weight)
+    return [item for tests in ordered for item in tests]
+
+
+def _skipped(item) -> bool:
+    return any(mark.name == "skip" for mark in item.iter_markers())
 
 
 # Fixtures whose presence means the test may touch the database.
