@@ -101,6 +101,7 @@ def _candidates(kind: str) -> list[Any]:
     return list(
         user_model.objects.filter(pk__in=ids, is_staff=True, is_active=True)
         .exclude(email="")
+        .prefetch_related("groups")
         .order_by("pk")
     )
 
@@ -125,7 +126,9 @@ def can_act(
         )
     if movement is None:
         return False
-    offered = available_actions(Situation.of(movement, movement.live_nodes, user))
+    # The person's groups as read with them (``_candidates``), else from the database.
+    groups = tuple(sorted(group.name for group in user.groups.all()))
+    offered = available_actions(Situation.of(movement, movement.live_nodes, user, groups=groups))
     return bool({action.name for action in offered} & KIND_ACTIONS[kind])
 
 
