@@ -18,7 +18,7 @@ ALLOW_NO_TESTS ?=
 QTG_PROFILE ?= embedded
 export QTG_PROFILE
 
-.PHONY: install install-product install-dev run run-local test lint bench audit
+.PHONY: install install-product install-dev run run-local test lint bench audit screenshots
 
 # The product: its runtime dependencies only.
 $(VENV)/.product: pyproject.toml
@@ -63,6 +63,12 @@ test: install-dev
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# The committed screenshots of the console's main screens (home, list, a MANUAL_INTERVENTION
+# movement, override proposals), taken by the browser tests in Debian's Chromium.
+screenshots: install-dev
+	QTG_SCREENSHOTS_DIR=$(CURDIR)/docs/screenshots $(PY) -m pytest -p no:xdist -q \
+		tests/admin/test_browser.py -k "main_screens or manual_intervention_page"
 
 bench: install-product
 	$(PY) bench/throughput.py

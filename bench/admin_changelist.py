@@ -1,10 +1,14 @@
-"""How fast are the operator console's movement list and home page with 100k movements?
+"""How fast are the operator console's movement list, home page and movement page with 100k
+movements?
 
 Builds a scratch database (a fresh SQLite file by default, or the EMPTY database named by
 DATABASE_URL), fills it with N movement requests (bulk_create: states, assets, templates and
-creation times spread out, three node attempts each), then times the first page of the
-changelist as an operator sees it: plain, "needs me", a search by external reference, a search
-by asset, the venue filter, and the home page (with its live part alone).
+creation times spread out, three node attempts each, the first one COMPLETED once the movement
+ran), then times the first page of the changelist as an operator sees it: plain, "needs me", a
+search by external reference, a search by asset, the venue filter; the home page (with its
+live part alone) and the page of a movement in MANUAL_INTERVENTION. Each view prints min /
+median / max against the target (TARGET_MS, the median must be under it) and the machine's
+load average is printed first: a loaded machine's figures say so.
 
     python bench/admin_changelist.py            # 100000 rows on SQLite
     python bench/admin_changelist.py --rows 20000
@@ -16,6 +20,7 @@ this measures reading, and going through the services would take an hour for 100
 
 import argparse
 import os
+import platform
 import shutil
 import statistics
 import sys
@@ -26,6 +31,9 @@ from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# Every admin page answers within this (median of the timed loads).
+TARGET_MS = 300
 
 
 def main() -> None:
@@ -83,7 +91,7 @@ def fill(rows: int) -> None:
     from movements.models import MovementRequest, MovementRequestNode
     from movements.permissions import OPERATORS, ensure_operator_groups
     from movements.services import movement_create
-    from movements.states import RequestState
+    from movements.states import NodeState, RequestState
     from qtg.core.actors import Actor
     from reservations.services import hardcap_ensure_demo_defaults
 
@@ -111,6 +119,15 @@ def fill(rows: int) -> None:
     if not plan_nodes:
         raise BenchCheckFailed("the template movement has no plan nodes")
     states = list(RequestState)
+    # The movements that ran: their first node (the withdrawal, a side effect) completed,
+    # so money left a venue (the home's money-in-transit chart reads it).
+    ran = {
+        RequestState.EXECUTING,
+        RequestState.WAITING_MANUAL_ACTION,
+        RequestState.MANUAL_INTERVENTION,
+        RequestState.COMPLETED,
+        RequestState.FAILED,
+    }
     assets = ["USDC", "USDT", "ETH", "BTC", "SOL"]
     now = timezone.now()
     started = time.perf_counter()
@@ -142,8 +159,14 @@ def fill(rows: int) -> None:
                     node = MovementRequestNode.attempt_of(plan_node, request=request)
                     if plan_node.position == 0:
                         node.external_ref = f"WD-{request.idempotency_key}"
+                        node.state_changed_at = request.state_changed_at
                     nodes.append(node)
             MovementRequestNode.objects.bulk_create(nodes)
+            # Written directly like the rest of the fill (the node state is protected on the
+            # model): the first node of each movement that ran completed.
+            MovementRequestNode.objects.filter(
+                pk__in=[n.pk for n in nodes if n.request.request_state in ran and n.external_ref]
+            ).update(node_state=NodeState.COMPLETED)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")  # what autovacuum would do after a load this size
     print(
@@ -193,9 +216,27 @@ def measure(repeat: int, *, search_ref: str, verbose: bool = False) -> None:
     from django.test.utils import CaptureQueriesContext
     from django.urls import reverse
 
+    from movements.models import MovementRequest
+    from movements.states import RequestState
+    from ops import gauges
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average: {load} ({os.cpu_count()} CPUs, {platform.python_version()})")
+    print(f"target: median < {TARGET_MS} ms per view")
+    # What the scheduled gauges refresh stores and the home page reads (the money-in-transit
+    # series among them): computed once here, as beat would every QTG_GAUGES_SECONDS.
+    started = time.perf_counter()
+    gauges.refresh()
+    print(f"gauges refresh (a worker's periodic task): {(time.perf_counter() - started):.2f} s")
     client = Client()
     client.force_login(User.objects.get(username="bench-operator"))
     url = reverse("admin:movements_movementrequest_changelist")
+    held = (
+        MovementRequest.objects.filter(request_state=RequestState.MANUAL_INTERVENTION)
+        .order_by("-created_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
     views = {
         "first page": url,
         "needs me": url + "?state=needs_me",
@@ -204,7 +245,9 @@ def measure(repeat: int, *, search_ref: str, verbose: bool = False) -> None:
         "venue filter": url + "?venue=sandbox-exchange-b",
         "home": reverse("admin:index"),
         "home live part": reverse("qtg-home-live"),
+        "movement page": reverse("admin:movements_movementrequest_change", args=[held]),
     }
+    missed = []
     for label, target in views.items():
         timings = []
         for _ in range(repeat + 1):  # the first load warms caches and is not counted
@@ -214,30 +257,33 @@ def measure(repeat: int, *, search_ref: str, verbose: bool = False) -> None:
                 timings.append(time.perf_counter() - started)
             if response.status_code != 200:
                 raise BenchCheckFailed(f"{label}: HTTP {response.status_code}")
-        if "cl" not in response.context_data:
-            found = len(response.context_data["queue"])
-            timed = timings[1:]
-            print(
-                f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
-                f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
-                f"{len(queries)} queries, {found:,} in the queue"
-            )
-            continue
-        found = response.context_data["cl"].result_count
-        if label == "search by external ref" and found != 1:
-            raise BenchCheckFailed(f"the search for {search_ref} found {found} movements, not 1")
-        if label == "first page" and found == 0:
-            raise BenchCheckFailed("the changelist lists no movement")
-        timed = timings[1:]
+        timed = sorted(t * 1000 for t in timings[1:])
+        median = statistics.median(timed)
+        context = response.context_data or {}
+        if "cl" in context:
+            found = context["cl"].result_count
+            if label == "search by external ref" and found != 1:
+                raise BenchCheckFailed(f"the search for {search_ref} found {found} movements")
+            if label == "first page" and found == 0:
+                raise BenchCheckFailed("the changelist lists no movement")
+            what = f"{found:,} rows matched"
+        elif "queue" in context:
+            what = f"{len(context['queue']):,} in the queue"
+        else:
+            what = f"{context.get('node_count', 0)} nodes"
+        verdict = "ok" if median < TARGET_MS else "MISSES"
+        if median >= TARGET_MS:
+            missed.append(label)
         print(
-            f"{label:>24}: median {statistics.median(timed) * 1000:.0f} ms, "
-            f"max {max(timed) * 1000:.0f} ms, cold {timings[0] * 1000:.0f} ms, "
-            f"{len(queries)} queries, {found:,} rows matched"
+            f"{label:>24}: min {timed[0]:.0f} / median {median:.0f} / max {timed[-1]:.0f} ms "
+            f"(target < {TARGET_MS}: {verdict}), cold {timings[0] * 1000:.0f} ms, "
+            f"{len(queries)} queries, {what}"
         )
         if verbose:
             slowest = sorted(queries.captured_queries, key=lambda q: -float(q["time"]))[:3]
             for query in slowest:
                 print(f"{'':>26}{float(query['time']) * 1000:6.1f} ms  {query['sql'][:110]}")
+    print("all views within the target" if not missed else f"over the target: {', '.join(missed)}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,14 @@ FAULTS = [
 FINAL = {"COMPLETED", "FAILED", "MANUAL_INTERVENTION", "REJECTED", "EXPIRED", "CANCELLED"}
 
 
+def retry_after(response: httpx.Response) -> float:
+    """The seconds a 429 asks the client to wait (at most 10, at least 0.1)."""
+    try:
+        return min(10.0, max(0.1, float(response.headers.get("Retry-After", "1"))))
+    except ValueError:
+        return 1.0
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -82,15 +90,25 @@ class Soak:
         self.not_ready: list[str] = []
         self.created: list[str] = []
         self.keys: list[tuple[str, dict]] = []
+        self.throttled_wait = 0.0
 
     def call(self, client: httpx.Client, method: str, url: str, **kwargs):
-        try:
-            response = client.request(method, url, **kwargs)
-        except httpx.TransportError as exc:
-            self.refused += 1
-            self.statuses[f"{type(exc).__name__}"] += 1
-            return None
-        self.statuses[str(response.status_code)] += 1
+        # A throttled call (429) is counted and then made again after the Retry-After the API
+        # gave, as the integrator guide asks of a client: otherwise a throttled approve leaves
+        # the movement waiting, the client's pending limit fills up and every later create is
+        # refused at once, and the soak no longer exercises execution.
+        for _attempt in range(5):
+            try:
+                response = client.request(method, url, **kwargs)
+            except httpx.TransportError as exc:
+                self.refused += 1
+                self.statuses[f"{type(exc).__name__}"] += 1
+                return None
+            self.statuses[str(response.status_code)] += 1
+            if response.status_code != 429:
+                break
+            self.throttled_wait += retry_after(response)
+            time.sleep(retry_after(response))
         if url.startswith("/health/") and response.status_code == 503:
             # Not a server error: readiness says what is behind (which check, why).
             failing = {
@@ -214,10 +232,16 @@ def main() -> int:
                 )
         time.sleep(args.settle_seconds)
         states: collections.Counter[str] = collections.Counter()
+        reasons: collections.Counter[str] = collections.Counter()
         for movement in soak.created:
             response = soak.call(soak.creator, "GET", f"{API}{movement}/")
             if response is not None and response.status_code == 200:
-                states[response.json()["request_state"]] += 1
+                body = response.json()
+                states[body["request_state"]] += 1
+                if body["request_state"] == "FAILED":
+                    # The reason without the ids in it, so alike reasons count together.
+                    reason = re.sub(r"[0-9a-f-]{16,}", "…", body.get("failure_reason") or "")
+                    reasons[reason[:120]] += 1
         text = log.read_text()
         exits = re.findall(r"\| (\w+ exited \(rc=-?\d+\).*)", text)
         decode_errors = text.count("JSONDecodeError")
@@ -229,12 +253,14 @@ def main() -> int:
             "server_errors": soak.server_errors[:20],
             "not_ready": soak.not_ready[:20],
             "refused_connections": soak.refused,
+            "seconds_waited_on_429": round(soak.throttled_wait, 1),
             "process_exits": exits,
             "JSONDecodeError_lines": decode_errors,
             "broker_files_quarantined": quarantined,
             "movements_created": len(soak.created),
             "movements_by_state": dict(states),
             "still_moving": sum(n for s, n in states.items() if s not in FINAL),
+            "failed_by_reason": dict(reasons.most_common(8)),
         }
         print(json.dumps(result, indent=1))
         bad = soak.server_errors or soak.refused or exits

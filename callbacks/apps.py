@@ -7,9 +7,17 @@ class CallbacksConfig(AppConfig):
 
     def ready(self) -> None:
         from callbacks import tasks  # noqa: F401  (registers the delivery tasks by name)
-        from callbacks.services import callback_enqueue, subscriptions_read_once
+        from callbacks.services import (
+            callback_enqueue,
+            events_recorded_together,
+            subscriptions_read_once,
+        )
         from movements.ports import CallbackOutbox, provide_callbacks
 
         provide_callbacks(
-            CallbackOutbox(enqueue=callback_enqueue, read_once=subscriptions_read_once)
+            CallbackOutbox(
+                enqueue=callback_enqueue,
+                read_once=subscriptions_read_once,
+                together=events_recorded_together,
+            )
         )

@@ -61,6 +61,7 @@ __all__ = [
     "delivery_redeliver",
     "delivery_send",
     "events_publish",
+    "events_recorded_together",
     "subscription_delete",
     "subscription_rotate_secret",
     "subscription_send_test",
@@ -78,6 +79,7 @@ PAYLOAD_VERSION = CONTRACT_VERSION
 
 
 DELIVER_TASK = "callbacks.deliver"
+FIRST_EVENT_TYPE = "request_created"
 
 
 def _setting(name: str) -> Any:
@@ -175,6 +177,26 @@ class _Enqueued:
     data: dict[str, Any] | None
     occurred_at: Any
     recorded: list[Delivery]
+    payload: dict[str, Any] | None = None
+
+
+_TOGETHER: ContextVar[list[_Enqueued] | None] = ContextVar("qtg_events_together", default=None)
+
+
+@contextmanager
+def events_recorded_together() -> Iterator[None]:
+    """Within the block, each event still shows the movement as it was when the event was
+    enqueued, but the events are written together when the block ends: one read of the
+    sequences, one insert of the events, one of their deliveries (an approval's
+    ``request_approved`` and ``frontier_advanced``). If the block raises, none is written.
+    The caller holds the movements' row locks throughout, as for every event."""
+    pending: list[_Enqueued] = []
+    token = _TOGETHER.set(pending)
+    try:
+        yield
+    finally:
+        _TOGETHER.reset(token)
+    _insert_events(pending)
 
 
 def callback_enqueue(
@@ -196,70 +218,73 @@ def callback_enqueue(
 
 
 def _record_events(enqueued: list[_Enqueued]) -> None:
+    """The movements as written now (a movement whose service holds its details is shown
+    from them, without reading it again), then the events, at once or with the block's
+    others (``events_recorded_together``)."""
     payloads = movement_payloads([item.request for item in enqueued])
-    sequences = _last_sequences({item.request.pk for item in enqueued})
+    for item in enqueued:
+        item.payload = payloads[item.request.pk]
+    together = _TOGETHER.get()
+    if together is not None:
+        together.extend(enqueued)
+    else:
+        _insert_events(enqueued)
+
+
+def _insert_events(enqueued: list[_Enqueued]) -> None:
+    """The events (numbered per movement after its last one) and their deliveries, each in
+    one statement."""
+    if not enqueued:
+        return
+    # A movement's first event (the catalogue's ``request_created``) has no event before it.
+    new = {item.request.pk for item in enqueued if item.event_type == FIRST_EVENT_TYPE}
+    unread = {item.request.pk for item in enqueued} - new
+    sequences = _last_sequences(unread) if unread else {}
+    events = []
     for item in enqueued:
         sequence = sequences.get(item.request.pk, 0) + 1
         sequences[item.request.pk] = sequence
-        item.recorded.extend(
-            _record_event(
+        event = Event(
+            event_id=uuid.uuid4(),
+            request=item.request,
+            event_type=item.event_type,
+            sequence=sequence,
+            occurred_at=item.occurred_at,
+        )
+        event.body = _body(
+            event_id=event.event_id,
+            event_type=item.event_type,
+            occurred_at=item.occurred_at,
+            data={**item.payload, "sequence": sequence},
+            context=item.data or {},
+        )
+        events.append(event)
+    Event.objects.bulk_create(events)
+    _publish_after_commit()
+    active = _active_subscriptions()
+    now = timezone.now()
+    deliveries: list[Delivery] = []
+    for item, event in zip(enqueued, events, strict=True):
+        for subscription in active:
+            if not _receives(subscription, item.request, item.event_type):
+                continue
+            delivery = Delivery(
+                event_id=event.event_id,
+                subscription=subscription,
                 request=item.request,
                 event_type=item.event_type,
-                data=item.data,
+                body=event.body,
                 occurred_at=item.occurred_at,
-                payload=payloads[item.request.pk],
-                sequence=sequence,
+                created_at=now,
+                next_attempt_at=now,
+                enqueued_at=now,
             )
-        )
-
-
-def _record_event(
-    *,
-    request: MovementRequest,
-    event_type: str,
-    data: dict[str, Any] | None,
-    occurred_at,
-    payload: dict[str, Any],
-    sequence: int,
-) -> list[Delivery]:
-    event = Event(
-        event_id=uuid.uuid4(),
-        request=request,
-        event_type=event_type,
-        sequence=sequence,
-        occurred_at=occurred_at,
-    )
-    event.body = _body(
-        event_id=event.event_id,
-        event_type=event_type,
-        occurred_at=occurred_at,
-        data={**payload, "sequence": sequence},
-        context=data or {},
-    )
-    event.save()
-    _publish_after_commit()
-    subscriptions = [s for s in _active_subscriptions() if _receives(s, request, event_type)]
-    if not subscriptions:
-        return []
-    now = timezone.now()
-    deliveries = [
-        Delivery(
-            event_id=event.event_id,
-            subscription=subscription,
-            request=request,
-            event_type=event_type,
-            body=event.body,
-            occurred_at=occurred_at,
-            created_at=now,
-            next_attempt_at=now,
-            enqueued_at=now,
-        )
-        for subscription in subscriptions
-    ]
-    Delivery.objects.bulk_create(deliveries)
-    ids = [d.pk for d in deliveries]
-    transaction.on_commit(lambda: _queue(ids))
-    return deliveries
+            deliveries.append(delivery)
+            item.recorded.append(delivery)
+    if deliveries:
+        Delivery.objects.bulk_create(deliveries)
+        ids = [d.pk for d in deliveries]
+        transaction.on_commit(lambda: _queue(ids))
 
 
 def events_publish(*, limit: int = 1000) -> int:

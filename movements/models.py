@@ -10,6 +10,13 @@ from django.db.models import Q
 from django.utils import timezone
 from django_fsm import ConcurrentTransitionMixin
 
+from movements.choices import (
+    EntryStatus,
+    NodeKind,
+    OverrideAction,
+    OverrideStatus,
+    PolicyStatus,
+)
 from movements.fsm import state_machine_base
 from movements.states import (
     NODE_TRANSITIONS,
@@ -17,10 +24,10 @@ from movements.states import (
     NodeState,
     RequestState,
 )
-from qtg.core.actors import ActorType
 from qtg.core.chain import ChainedModel, linked_constraint
-from qtg.core.models import AppendOnlyModel, AuditEventModel, reviewed_model
-from qtg.core.money import MONEY, format_amount
+from qtg.core.models import AuditEventModel, reviewed_model
+from qtg.core.money import MONEY, display_amount
+from qtg.core.times import console_time
 
 RequestStateMachine = state_machine_base(
     name="RequestStateMachine",
@@ -39,12 +46,6 @@ NodeStateMachine = state_machine_base(
     initial=NodeState.BLOCKED,
     module=__name__,
 )
-
-
-class NodeKind(models.TextChoices):
-    ACTION = "ACTION", "Action"
-    OBSERVE = "OBSERVE", "Observe"
-    MANUAL_GATE = "MANUAL_GATE", "Manual gate"
 
 
 class RouteTemplate(models.Model):
@@ -175,9 +176,8 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         ]
 
     def __str__(self) -> str:
-        return (
-            f"{self.template_key} {format_amount(self.amount)} {self.asset} ({self.request_state})"
-        )
+        amount = display_amount(self.amount, self.asset)
+        return f"{self.template_key} {amount} {self.asset} ({self.request_state})"
 
     @property
     def short_id(self) -> str:
@@ -436,13 +436,6 @@ class MovementAttention(models.Model):
         return self.snoozed_until is None or self.snoozed_until <= (now or timezone.now())
 
 
-class PolicyStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
-    ACTIVE = "ACTIVE", "Active"
-    SUPERSEDED = "SUPERSEDED", "Superseded"
-    REJECTED = "REJECTED", "Rejected"
-
-
 class ApprovalPolicy(reviewed_model("approval_policies")):
     """One version of an approval rule: which movements it covers (asset, amount range,
     template, destination; blank = any) and what approving them takes (distinct approvers,
@@ -542,14 +535,7 @@ class MovementApproval(ChainedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.approver} at {self.approved_at:%Y-%m-%d %H:%M:%S}"
-
-
-class EntryStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
-    ACTIVE = "ACTIVE", "Active"
-    REMOVED = "REMOVED", "Removed"
-    REJECTED = "REJECTED", "Rejected"
+        return f"{self.approver} at {console_time(self.approved_at)}"
 
 
 class AddressBookEntry(reviewed_model("address_entries")):
@@ -586,19 +572,7 @@ class AddressBookEntry(reviewed_model("address_entries")):
         return f"{self.label}: {self.address} ({self.asset}{network}, {self.status})"
 
 
-class OverrideAction(models.TextChoices):
-    FORCE_COMPLETE = "force_complete", "Force-complete"
-    FORCE_FAIL = "force_fail", "Force-fail"
-    CANCEL_IN_TRANSIT = "cancel_in_transit", "Cancel after a side effect (funds in transit)"
-    RESOLVE_NEVER_HAPPENED = "resolve_never_happened", "Resolve UNKNOWN as never happened"
-
-
-class OverrideStatus(models.TextChoices):
-    PROPOSED = "PROPOSED", "Proposed"
-    CONFIRMED = "CONFIRMED", "Confirmed"
-
-
-class OverrideProposal(models.Model):
+class OverrideProposal(reviewed_model("overrides", decision="confirmed", proposer_required=True)):
     """A supervisor's proposal of an override, carried out only when another supervisor
     confirms it before ``expires_at``."""
 
@@ -612,19 +586,7 @@ class OverrideProposal(models.Model):
     status = models.CharField(
         max_length=16, choices=OverrideStatus.choices, default=OverrideStatus.PROPOSED
     )
-    proposed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="overrides_proposed"
-    )
-    proposed_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
-    confirmed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="overrides_confirmed",
-    )
-    confirmed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-proposed_at", "-id"]
@@ -636,7 +598,7 @@ class OverrideProposal(models.Model):
         return self.status == OverrideStatus.PROPOSED and self.expires_at <= (now or timezone.now())
 
 
-class AuditRecord(AppendOnlyModel):
+class AuditRecord(AuditEventModel):
     """A decision recorded in the evidence chain that has no event table of its own: an
     approval-policy version proposed, activated or rejected; an address-book entry proposed,
     approved, rejected or removed (and by whom); an override proposed or confirmed; a webhook
@@ -644,8 +606,7 @@ class AuditRecord(AppendOnlyModel):
 
     subject = models.CharField(max_length=120, help_text='"<table>:<id>" of what was decided.')
     action = models.CharField(max_length=48)
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=160, blank=True)
+    actor_id = models.CharField(max_length=160, blank=True)  # wider than the base's, always was
     detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 

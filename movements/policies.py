@@ -16,24 +16,15 @@ The permission comes first everywhere, four-eyes next (it is a matter of who, li
 permission), then the movement's state, then its nodes.
 """
 
+from __future__ import annotations
+
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from movements.choices import EntryStatus, NodeKind, OverrideAction, OverrideStatus, PolicyStatus
 from movements.executors import registry
-from movements.models import (
-    AddressBookEntry,
-    ApprovalPolicy,
-    EntryStatus,
-    MovementRequest,
-    MovementRequestNode,
-    NodeKind,
-    OverrideAction,
-    OverrideProposal,
-    OverrideStatus,
-    PolicyStatus,
-)
 from movements.states import (
     IN_FLIGHT_NODE_STATES,
     RUNNING_NODE_STATES,
@@ -52,8 +43,17 @@ from qtg.core.errors import (
 )
 from qtg.core.policies import Refusal, lacks_permission
 
+if TYPE_CHECKING:  # the rows the rules read, named for the reader; never imported to run
+    from movements.models import (
+        AddressBookEntry,
+        ApprovalPolicy,
+        MovementRequest,
+        MovementRequestNode,
+        OverrideProposal,
+    )
+
 RS = RequestState
-Nodes = Sequence[MovementRequestNode]
+Nodes = Sequence["MovementRequestNode"]
 
 
 class Action(StrEnum):

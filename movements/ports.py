@@ -39,10 +39,12 @@ class CallbackOutbox:
     caller's transaction commits (the caller holds the movement's row lock, as every state
     change does: the outbox numbers a movement's events under it); ``read_once()`` is a
     context in which the subscriptions are read once (a worker writing many transitions in
-    one transaction)."""
+    one transaction); ``together()`` a context whose events, each showing the movement as it
+    was when enqueued, are written together when it ends (an approval's two events)."""
 
     enqueue: Callable[..., Any]
     read_once: Callable[[], AbstractContextManager[Any]]
+    together: Callable[[], AbstractContextManager[Any]]
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,24 @@ def movement_payload(movement: MovementRequest) -> dict[str, Any]:
 
 
 def movement_payloads(movements: list[MovementRequest]) -> dict[Any, dict[str, Any]]:
-    """``movement_payload`` of several movements, read together (by movement id)."""
+    """``movement_payload`` of several movements, read together (by movement id); a movement
+    whose service holds its details (``movements.selectors.details_held``) is shown from them,
+    as written so far, without reading it again."""
     from movements.api.serializers import MovementSerializer, shared_serializer
-    from movements.selectors import movements_with_details
+    from movements.selectors import DETAILS_HELD, movements_with_details
 
     serializer = shared_serializer(MovementSerializer)
-    read = movements_with_details().filter(pk__in={movement.pk for movement in movements})
-    return {movement.pk: dict(serializer.to_representation(movement)) for movement in read}
+    payloads = {
+        movement.pk: dict(serializer.to_representation(movement))
+        for movement in movements
+        if getattr(movement, DETAILS_HELD, False)
+    }
+    if unread := {movement.pk for movement in movements} - set(payloads):
+        read = movements_with_details().filter(pk__in=unread)
+        payloads.update(
+            {movement.pk: dict(serializer.to_representation(movement)) for movement in read}
+        )
+    return payloads
 
 
 def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:

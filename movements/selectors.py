@@ -1,10 +1,13 @@
 """Reads that are more than a one-liner: services, entry points and the apps beside movements
 (through ``movements.public``) read here; nothing here writes."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.contrib.auth.models import Group, Permission
+from django.db.models import CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.utils import timezone
 
 from movements.models import (
@@ -162,6 +165,99 @@ def actor_groups(actor: Any) -> list[str]:
     return sorted(actor.user.groups.values_list("name", flat=True))
 
 
+def actor_authority(actor: Any) -> list[str]:
+    """``actor_groups``, read in one query with the user's permissions (its own and its
+    groups'), which the permission checks that follow are then answered from: Django's
+    ModelBackend keeps a user's permissions in ``_perm_cache`` once read, and this fills it
+    with exactly what ``ModelBackend.get_all_permissions`` reads (an inactive user's stays
+    empty, as there)."""
+    user = actor.user
+    if user is None:
+        return []
+    text = CharField()
+    permissions = (
+        Permission.objects.filter(Q(user=user) | Q(group__user=user))
+        .order_by()
+        .values_list(Value("permission", output_field=text), "content_type__app_label", "codename")
+    )
+    groups = (
+        Group.objects.filter(user=user)
+        .order_by()
+        .values_list(Value("group", output_field=text), "name", Value("", output_field=text))
+    )
+    found: dict[str, set[str]] = {"permission": set(), "group": set()}
+    for kind, first, second in permissions.union(groups, all=True):
+        found[kind].add(f"{first}.{second}" if kind == "permission" else first)
+    if not hasattr(user, "_perm_cache") and user.is_active and not user.is_anonymous:
+        user._perm_cache = found["permission"]
+    return sorted(found["group"])
+
+
+def movement_for_decision(pk: Any, *, lock: bool = True) -> MovementRequest:
+    """The movement read once for an operator's decision, under its row lock: with its
+    creator, reservation and approval policy, whether it has open attention (``has_open_
+    attention``), and the link of its newest audit event (``event_head``, None without one)
+    for the events the decision appends (``qtg.core.chain.heads_known``)."""
+    newest_event = MovementEvent.objects.filter(request_id=OuterRef("pk")).order_by("-pk")
+    open_attention = MovementAttention.objects.filter(
+        request_id=OuterRef("pk"), resolved_at__isnull=True
+    )
+    qs = MovementRequest.objects.select_related(
+        "created_by", "reservation", "approval_policy"
+    ).annotate(
+        event_head=Subquery(newest_event.values("chain_hash")[:1]),
+        has_open_attention=Exists(open_attention),
+    )
+    if lock:
+        qs = qs.select_for_update(of=("self",), no_key=True)
+    return qs.get(pk=pk)
+
+
+def reservation_known(movement: MovementRequest, reservation: Any) -> None:
+    """Say what ``movement.reservation`` is (None: it has none yet) without reading it: its
+    service just held it, or knows a movement it creates has none."""
+    MovementRequest.reservation.related.set_cached_value(movement, reservation)
+
+
+DETAILS_HELD = "details_held"
+_DETAIL_LISTS = ("current_nodes_list", "valid_approvals_list", "open_attentions_list")
+
+
+@contextmanager
+def details_held(
+    movement: MovementRequest,
+    *,
+    nodes: list[MovementRequestNode],
+    approvals: list[Any],
+    attentions: list[MovementAttention],
+) -> Iterator[None]:
+    """Within the block, ``movement`` carries everything its API representation reads, as
+    its service holds it: the callback events it causes show it from these, without reading
+    it again (``movements.public.movement_payloads``). The service keeps them true: ``nodes``
+    are the instances it changes, ``approvals`` the list it adds the valid approvals to
+    (oldest first), ``attentions`` the open ones; its creator, approver and reservation are
+    loaded (``movement_for_decision``)."""
+    movement.current_nodes_list = nodes
+    movement.valid_approvals_list = approvals
+    movement.open_attentions_list = attentions
+    setattr(movement, DETAILS_HELD, True)
+    try:
+        yield
+    finally:
+        for name in (*_DETAIL_LISTS, DETAILS_HELD):
+            movement.__dict__.pop(name, None)
+
+
+def unresolved_attentions(movement: MovementRequest) -> list[MovementAttention]:
+    """The open (unresolved) attention entries of the movement, snoozed or not, oldest first
+    (what its representation reads: ``movements_with_details``)."""
+    return list(
+        MovementAttention.objects.filter(request=movement, resolved_at__isnull=True).order_by(
+            "since", "pk"
+        )
+    )
+
+
 def open_attention_keys(movement: MovementRequest) -> list[str]:
     """The node key of each open (unresolved) attention entry of the movement; a list page
     prefetches them as ``open_attentions_list``."""
@@ -171,3 +267,20 @@ def open_attention_keys(movement: MovementRequest) -> list[str]:
     return list(
         movement.attentions.filter(resolved_at__isnull=True).values_list("node_key", flat=True)
     )
+
+
+def permission_holders(permissions: list[str]) -> dict[str, list[str]]:
+    """For each permission ("app_label.codename"), the groups that hold it, by name (one
+    query): who may take an action, as the movement page says."""
+    wanted = {tuple(name.split(".", 1)) for name in permissions}
+    rows = (
+        Group.objects.filter(permissions__codename__in=[codename for _, codename in wanted])
+        .values_list("permissions__content_type__app_label", "permissions__codename", "name")
+        .order_by("name")
+    )
+    holders: dict[str, list[str]] = {name: [] for name in permissions}
+    for app_label, codename, group in rows:
+        key = f"{app_label}.{codename}"
+        if key in holders:
+            holders[key].append(group)
+    return holders

@@ -1,10 +1,14 @@
 """Small server-rendered SVG charts for the console's home page (no script, no CDN)."""
 
 from datetime import datetime
+from decimal import Decimal
 
 from django.utils.html import format_html, format_html_join
 
+from qtg.core.times import console_time
+
 WIDTH, HEIGHT, PAD = 360, 110, 18
+Number = int | float | Decimal
 
 
 def _n(value: float) -> str:
@@ -12,24 +16,27 @@ def _n(value: float) -> str:
     return f"{value:.1f}"
 
 
-def bars_per_hour(series: list[tuple[datetime, int]], *, chart_id: str, title: str) -> str:
-    """One bar per hour; each bar carries its hour and count (``data-hour``, ``data-n``)."""
-    peak = max((n for _, n in series), default=0) or 1
+def bars_per_hour(
+    series: list[tuple[datetime, Number]], *, chart_id: str, title: str, unit=str
+) -> str:
+    """One bar per hour; each bar carries its hour and value (``data-hour``, ``data-n``: the
+    value as stored, e.g. a Decimal's digits); ``unit`` writes a value for people."""
+    peak = float(max((n for _, n in series), default=0)) or 1.0
     step = (WIDTH - 2 * PAD) / max(len(series), 1)
     bars = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}" fill="#2563eb" '
-        'data-hour="{}" data-n="{}"><title>{} UTC: {}</title></rect>',
+        'data-hour="{}" data-n="{}"><title>{}: {}</title></rect>',
         (
             (
                 _n(PAD + i * step + 1),
-                _n(HEIGHT - PAD - (HEIGHT - 2 * PAD) * n / peak),
+                _n(HEIGHT - PAD - (HEIGHT - 2 * PAD) * float(n) / peak),
                 _n(max(step - 2, 1)),
-                _n((HEIGHT - 2 * PAD) * n / peak),
+                _n((HEIGHT - 2 * PAD) * float(n) / peak),
                 hour.strftime("%H:%M"),
                 n,
-                hour.strftime("%Y-%m-%d %H:%M"),
-                n,
+                console_time(hour),
+                unit(n),
             )
             for i, (hour, n) in enumerate(series)
         ),
@@ -58,7 +65,7 @@ def bars_per_hour(series: list[tuple[datetime, int]], *, chart_id: str, title: s
         HEIGHT - 4,
         last,
         PAD,
-        peak if any(n for _, n in series) else 0,
+        unit(max(n for _, n in series)) if any(n for _, n in series) else 0,
     )
 
 

@@ -13,17 +13,20 @@
   block and when it was seen, each exchange account's measured clock skew). No venue is asked
   from a page view.
 - ``failing_subscriptions``: active webhook subscriptions with dead or retrying deliveries.
-- ``settled_per_hour``, ``time_to_complete``: the charts' series.
+- ``settled_per_hour``, ``time_to_complete``, ``money_in_transit``: the charts' series (the
+  last computed on a schedule with the gauges and read back by ``stored_money_in_transit``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from itertools import accumulate
 from typing import Any
 
-from django.db.models import Avg, Count, F, Max, Q
+from django.db.models import Avg, Count, F, Max, Min, Q
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -40,10 +43,16 @@ from movements.models import (
     OverrideStatus,
 )
 from movements.selectors import actor_groups
-from movements.states import ATTENTION_REQUEST_STATES, NodeState, RequestState
+from movements.states import (
+    ATTENTION_REQUEST_STATES,
+    TERMINAL_REQUEST_STATES,
+    NodeState,
+    RequestState,
+)
+from ops.models import GaugeSnapshot
 from ops.status import held_money
 from qtg.core.actors import Actor
-from venues.cex.models import CexClock
+from venues.cex.models import CexClock, CexRateBucket
 from venues.models import ChainTransaction, TxState
 
 # The queue looks at this many of the oldest movements waiting for a person (each is asked
@@ -198,36 +207,81 @@ def counts(*, now: datetime | None = None) -> Counts:
     )
 
 
-def venue_health(*, now: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
-    """What the workers last recorded of each venue; nothing is asked of a venue here."""
+# An exchange clock measured longer ago than this says the account is not being reached.
+CLOCK_STALE_SECONDS = 600
+
+
+def venue_health(*, now: datetime | None = None) -> dict[str, Any]:
+    """What was last recorded of each venue; nothing is asked of a venue here. Chains: the
+    scheduled probe's heads per endpoint and their lag (``ops.venue_probe``, stored with the
+    gauges) beside the newest block our own transactions were seen in; exchanges: each
+    account's measured clock skew and when (a measurement is a successful round trip) and
+    any block the exchange put on a credential; Iris: the probe's answer and any block."""
     now = now or timezone.now()
-    chains = [
-        {
-            "chain": row["chain"],
-            "newest_block": row["newest_block"],
-            "seen_at": row["seen_at"],
-            "open_txs": row["open_txs"],
-        }
+    stored = GaugeSnapshot.objects.filter(name="current").first()
+    probe = (stored.values.get("venue_probe") if stored else None) or {}
+    ours = {
+        row["chain"]: row
         for row in ChainTransaction.objects.values("chain")
         .annotate(
             newest_block=Max("block_number"),
             seen_at=Max("state_changed_at"),
             open_txs=Count("pk", filter=Q(state__in=OPEN_TX_STATES)),
         )
-        .order_by("chain")
-    ]
-    exchanges = [
-        {
-            "account": clock.account,
-            "exchange": clock.exchange,
-            "skew_ms": clock.skew_ms,
-            "uncertainty_ms": clock.uncertainty_ms,
-            "measured_at": clock.measured_at,
-            "age_seconds": int((now - clock.measured_at).total_seconds()),
-        }
-        for clock in CexClock.objects.order_by("account")
-    ]
-    return {"chains": chains, "exchanges": exchanges}
+        .order_by()
+    }
+    chains = []
+    for measured in probe.get("chains", []):
+        row = ours.pop(measured["chain"], {})
+        lag, limit = measured.get("max_lag"), measured.get("lag_limit")
+        chains.append(
+            {
+                **measured,
+                "newest_block": row.get("newest_block"),
+                "seen_at": row.get("seen_at"),
+                "open_txs": row.get("open_txs", 0),
+                "ok": measured.get("answering", 0) == len(measured.get("endpoints", []))
+                and (lag is None or limit is None or lag <= limit),
+            }
+        )
+    for name, row in sorted(ours.items()):  # transactions on a chain the probe did not list
+        chains.append({"chain": name, "head": None, "endpoints": [], "ok": False, **row})
+    blocks = {
+        bucket.credential: bucket for bucket in CexRateBucket.objects.filter(blocked_until__gt=now)
+    }
+    exchanges = []
+    for clock in CexClock.objects.order_by("account"):
+        age = int((now - clock.measured_at).total_seconds())
+        blocked = [b for key, b in blocks.items() if key.startswith(f"{clock.exchange}:")]
+        exchanges.append(
+            {
+                "account": clock.account,
+                "exchange": clock.exchange,
+                "skew_ms": clock.skew_ms,
+                "uncertainty_ms": clock.uncertainty_ms,
+                "measured_at": clock.measured_at,
+                "age_seconds": age,
+                "reachable": age <= CLOCK_STALE_SECONDS and not blocked,
+                "blocked_until": blocked[0].blocked_until if blocked else None,
+                "blocked_reason": blocked[0].blocked_reason if blocked else "",
+            }
+        )
+    iris = []
+    for service in probe.get("iris", []):
+        blocked = [b for key, b in blocks.items() if key.startswith("iris:")]
+        iris.append(
+            {
+                **service,
+                "ok": service.get("reachable", False) and not blocked,
+                "blocked_until": blocked[0].blocked_until if blocked else None,
+            }
+        )
+    return {
+        "chains": chains,
+        "exchanges": exchanges,
+        "iris": iris,
+        "probed_at": stored.computed_at if stored and probe else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -287,6 +341,63 @@ def settled_per_hour(*, now: datetime | None = None, hours: int = 24) -> list[tu
         (start + timedelta(hours=i), per_hour.get(start + timedelta(hours=i), 0))
         for i in range(hours)
     ]
+
+
+def money_in_transit(*, now: datetime | None = None, hours: int = 24) -> dict[str, list]:
+    """Per asset, the money that had left a venue and not arrived at the end of each of the
+    last ``hours`` hours (oldest first; the last point is now): a movement's money left when
+    its first side-effect node COMPLETED and arrived when the movement finished (a terminal
+    state). Only movements still open, or finished inside the window, can count: one grouped
+    query over their completed side-effect nodes, then each movement adds its amount to the
+    hours between leaving and arriving."""
+    now = now or timezone.now()
+    start = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
+    points = [min(start + timedelta(hours=i + 1), now) for i in range(hours)]
+    terminal = sorted(TERMINAL_REQUEST_STATES)
+    rows = (
+        MovementRequestNode.objects.filter(
+            has_side_effect=True, node_state=NodeState.COMPLETED, state_changed_at__lt=now
+        )
+        .filter(
+            ~Q(request__request_state__in=terminal)
+            | Q(request__request_state__in=terminal, request__state_changed_at__gte=start)
+        )
+        .values_list(
+            "request_id",
+            "request__asset",
+            "request__amount",
+            "request__request_state",
+            "request__state_changed_at",
+        )
+        .annotate(left_at=Min("state_changed_at"))
+        .order_by()
+    )
+    changes: dict[str, list[Decimal]] = {}
+    for _, asset, amount, state, changed, left_at in rows:
+        steps = changes.setdefault(asset, [Decimal(0)] * (hours + 1))
+        arrived = changed if state in TERMINAL_REQUEST_STATES else None
+        # It counts at each point from the first at or after it left, up to the first at or
+        # after it arrived.
+        steps[bisect_left(points, left_at)] += amount
+        steps[bisect_left(points, arrived) if arrived else hours] -= amount
+    return {
+        asset: [
+            (start + timedelta(hours=i), total) for i, total in enumerate(accumulate(steps[:-1]))
+        ]
+        for asset, steps in sorted(changes.items())
+    }
+
+
+def stored_money_in_transit() -> tuple[datetime | None, dict[str, list]]:
+    """``money_in_transit`` as the gauges refresh last computed it (``ops.gauges``), and when;
+    the home page reads this instead of a day's history on every view."""
+    stored = GaugeSnapshot.objects.filter(name="current").first()
+    if stored is None or "money_in_transit" not in stored.values:
+        return None, {}
+    return stored.computed_at, {
+        asset: [(datetime.fromisoformat(hour), Decimal(total)) for hour, total in series]
+        for asset, series in stored.values["money_in_transit"].items()
+    }
 
 
 def time_to_complete(*, now: datetime | None = None, days: int = 7) -> list[tuple[str, float]]:

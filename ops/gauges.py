@@ -19,6 +19,8 @@ from django.utils import timezone
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.states import NodeState, RequestState
+from ops import venue_probe
+from ops.console import money_in_transit
 from ops.models import GaugeSnapshot
 from ops.status import snapshot
 
@@ -136,6 +138,13 @@ def compute() -> dict[str, Any]:
         "queue_depths": queue_depths(),
         "sender_queues": sender_queues(now),
         "exchange_clocks": exchange_clocks(),
+        # For the console's home page: chain heads per endpoint and Iris reachability, and
+        # the money in transit hour by hour (a day's history: too heavy for a page view).
+        "venue_probe": venue_probe.probe(),
+        "money_in_transit": {
+            asset: [[hour.isoformat(), str(total)] for hour, total in series]
+            for asset, series in money_in_transit(now=now).items()
+        },
     }
 
 

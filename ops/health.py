@@ -151,10 +151,21 @@ def venue_problems() -> list[str]:
     return problems
 
 
-def chain_heads(budget: float) -> list[str]:
-    """Each configured chain's head, asked over its RPC URL within ``budget`` seconds."""
+def chain_head(url: str, kind: str, timeout: float) -> int:
+    """The head block (EVM) or slot (Solana) one RPC endpoint answers within ``timeout``
+    seconds; any transport or protocol failure raises."""
     import httpx
 
+    method = "getSlot" if kind == "solana" else "eth_blockNumber"
+    answer = httpx.post(
+        url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": []}, timeout=timeout
+    ).json()
+    head = answer["result"]
+    return int(head, 16) if isinstance(head, str) else int(head)
+
+
+def chain_heads(budget: float) -> list[str]:
+    """Each configured chain's head, asked over its RPC URL within ``budget`` seconds."""
     from venues import conf
 
     heads = []
@@ -163,17 +174,11 @@ def chain_heads(budget: float) -> list[str]:
         url = os.environ.get(str(variable), "") if variable else ""
         if not url:
             continue
-        method = "getSlot" if (chain or {}).get("kind") == "solana" else "eth_blockNumber"
         try:
-            answer = httpx.post(
-                url,
-                json={"jsonrpc": "2.0", "id": 1, "method": method, "params": []},
-                timeout=budget,
-            ).json()
-            head = answer["result"]
+            head = chain_head(url, str((chain or {}).get("kind") or "evm"), budget)
         except Exception as exc:  # any transport or protocol failure: the endpoint is down
             raise CheckFailed(f"chain {name}: RPC unreachable ({type(exc).__name__})") from exc
-        heads.append(f"{name} head {int(head, 16) if isinstance(head, str) else head}")
+        heads.append(f"{name} head {head}")
     return heads
 
 

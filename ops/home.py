@@ -42,7 +42,7 @@ def _queue_rows(items: list[console.QueueItem]) -> list[dict]:
                 "item": item,
                 "page": page,
                 "actions": actions,
-                "amount": money.format_amount(item.amount, grouping=True),
+                "amount": money.display_amount(item.amount, item.asset),
             }
         )
     return rows
@@ -54,7 +54,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
         cells = []
         for key, _ in MONEY_COLUMNS:
             value = row.amounts.get(key)
-            cells.append(money.format_amount(value, grouping=True) if value else "—")
+            cells.append(money.display_amount(value, row.asset) if value else "—")
             if value:
                 totals.setdefault(row.asset, {}).setdefault(key, 0)
                 totals[row.asset][key] += value
@@ -63,7 +63,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
         {
             "asset": asset,
             "cells": [
-                money.format_amount(by_key[key], grouping=True) if key in by_key else "—"
+                money.display_amount(by_key[key], asset) if key in by_key else "—"
                 for key, _ in MONEY_COLUMNS
             ],
         }
@@ -75,6 +75,7 @@ def _money_rows() -> tuple[list[dict], list[dict]]:
 def live_context(request) -> dict:
     now = timezone.now()
     money_rows, money_totals = _money_rows()
+    transit_at, transit = console.stored_money_in_transit()
     return {
         "now": now,
         "queue": _queue_rows(console.my_queue(request.user, now=now)),
@@ -89,6 +90,19 @@ def live_context(request) -> dict:
             chart_id="qtg-chart-settled",
             title="Movements completed per hour, last 24 hours",
         ),
+        "transit_charts": [
+            (
+                asset,
+                charts.bars_per_hour(
+                    series,
+                    chart_id=f"qtg-chart-transit-{asset}",
+                    title=f"{asset} that left a venue and had not arrived, hour by hour",
+                    unit=lambda value, asset=asset: money.display_amount(value, asset),
+                ),
+            )
+            for asset, series in transit.items()
+        ],
+        "transit_at": transit_at,
         "ttc_chart": charts.horizontal_bars(
             console.time_to_complete(now=now),
             chart_id="qtg-chart-ttc",

@@ -663,6 +663,14 @@ VARIABLES: list[Var] = [
         doc="The reviewed chain configuration.",
     ),
     v(
+        "QTG_IRIS_REQUESTS_PER_SECOND",
+        "number",
+        "35",
+        section=VENUES,
+        doc="Circle's attestation API limit per caller; all workers together send at most 6/7 "
+        "of it in any second (one shared bucket).",
+    ),
+    v(
         "QTG_EXCHANGES_CONFIG",
         "path",
         "venues/exchanges.yaml",

@@ -143,6 +143,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One way of writing a datetime across the console, with its zone (qtg/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["qtg.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -352,6 +354,9 @@ INSTALLED_APPS.append("venues")
 QTG_EXECUTOR_DEFAULT_PROVIDER = "sandbox" if QTG_VENUES == "off" else "venues"
 QTG_CHAINS_CONFIG = env("QTG_CHAINS_CONFIG", "")
 QTG_EXCHANGES_CONFIG = env("QTG_EXCHANGES_CONFIG", "")
+# Circle's attestation API (Iris) answers 429 and blocks a caller for 5 minutes past this many
+# requests in a second; every worker shares one bucket that stays below it.
+QTG_IRIS_REQUESTS_PER_SECOND = float(env("QTG_IRIS_REQUESTS_PER_SECOND", "35"))
 # Multiplies the simulated chains' block intervals (tests run the chains faster).
 QTG_SANDBOX_TIME_SCALE = float(env("QTG_SANDBOX_TIME_SCALE", "1"))
 # How long after its fenced deadline the simulated exchange still carries out a withdrawal

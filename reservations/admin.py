@@ -12,6 +12,7 @@ from django.utils.safestring import mark_safe
 from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin, bulk_confirmation_context
 from qtg.core.errors import QTGError
+from qtg.core.money import display_amount
 from reservations.models import (
     ClientLimit,
     Hardcap,
@@ -34,9 +35,9 @@ class HardcapAdmin(admin.ModelAdmin):
     list_display = (
         "asset",
         "scope_source",
-        "max_in_flight",
+        "cap_in_flight",
         "in_flight",
-        "max_per_24h",
+        "cap_per_24h",
         "used_24h",
         "is_active",
     )
@@ -61,13 +62,21 @@ class HardcapAdmin(admin.ModelAdmin):
     def scope_source(self, obj: Hardcap) -> str:
         return obj.source or "(any source)"
 
+    @admin.display(description="max in flight", ordering="max_in_flight")
+    def cap_in_flight(self, obj: Hardcap):
+        return display_amount(obj.max_in_flight, obj.asset)
+
+    @admin.display(description="max per 24h", ordering="max_per_24h")
+    def cap_per_24h(self, obj: Hardcap):
+        return display_amount(obj.max_per_24h, obj.asset) or "-"
+
     @admin.display(description="in flight now")
     def in_flight(self, obj: Hardcap):
-        return hardcap_in_flight(hardcap=obj) if obj.pk else "-"
+        return display_amount(hardcap_in_flight(hardcap=obj), obj.asset) if obj.pk else "-"
 
     @admin.display(description="reserved in the last 24h")
     def used_24h(self, obj: Hardcap):
-        return hardcap_used_24h(hardcap=obj) if obj.pk else "-"
+        return display_amount(hardcap_used_24h(hardcap=obj), obj.asset) if obj.pk else "-"
 
     @admin.display(description="held awaiting approval, per client")
     def pending_by_client(self, obj: Hardcap):
@@ -81,7 +90,7 @@ class HardcapAdmin(admin.ModelAdmin):
                 (
                     row["request__created_by__username"] or "(system)",
                     row["count"],
-                    row["amount"],
+                    display_amount(row["amount"], obj.asset),
                     obj.asset,
                 )
                 for row in rows
@@ -131,7 +140,15 @@ class SettleForm(forms.Form):
 
 @admin.register(Reservation)
 class ReservationAdmin(ReadOnlyModelAdmin):
-    list_display = ("movement", "asset", "source", "amount", "state", "held_at", "settled_at")
+    list_display = (
+        "movement",
+        "asset",
+        "source",
+        "amount_display",
+        "state",
+        "held_at",
+        "settled_at",
+    )
     list_filter = ("state", "asset")
     search_fields = ("request__id", "asset", "source")
     list_select_related = ("request",)
@@ -141,7 +158,7 @@ class ReservationAdmin(ReadOnlyModelAdmin):
         "movement_state",
         "asset",
         "source",
-        "amount",
+        "amount_display",
         "state",
         "held_at",
         "settled_at",
@@ -149,6 +166,10 @@ class ReservationAdmin(ReadOnlyModelAdmin):
     readonly_fields = fields
     inlines = [ReservationEventInline]
     actions = ["consume_selected", "release_selected"]
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_display(self, obj: Reservation) -> str:
+        return display_amount(obj.amount, obj.asset)
 
     def has_settle_permission(self, request) -> bool:
         return settle_permission_refusal(Actor.for_user(request.user)) is None

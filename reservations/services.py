@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from movements.public import MovementRequest
 from qtg.core.actors import Actor
+from qtg.core.chain import GENESIS, heads_known
 from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount
 from qtg.core.policies import enforce
@@ -80,32 +81,55 @@ def hardcap_used_24h(*, hardcap: Hardcap, now=None) -> Decimal:
     )
 
 
-def _cap_sums(cap: Hardcap, now) -> tuple[Decimal, Decimal]:
-    """In flight (HELD) and used over the last 24 hours (HELD + CONSUMED) in the cap's scope,
-    in one query: it runs under the cap's row lock, which every hold of the scope queues on."""
-    qs = Reservation.objects.filter(asset=cap.asset)
-    if cap.source:
-        qs = qs.filter(source=cap.source)
+def _scope(cap: Hardcap) -> Q:
+    return Q(asset=cap.asset, **({"source": cap.source} if cap.source else {}))
+
+
+def _sums(caps: list[Hardcap], now, user_id: Any, request: Any) -> dict[str, Any]:
+    """What a hold decides on, in one query (it runs under the caps' row locks, which every
+    hold of their scopes queues on): per cap, in flight (HELD) and used over the last 24
+    hours (HELD + CONSUMED); for the client ``user_id`` (when given), how many of its holds
+    await approval and how much of each cap they hold. Only the rows that can count are read:
+    HELD, or CONSUMED within the 24 hours."""
     since = now - VELOCITY_WINDOW
-    sums = qs.aggregate(
-        in_flight=Coalesce(Sum("amount", filter=Q(state=ReservationState.HELD)), ZERO),
-        used=Coalesce(
+    counting = Q(state=ReservationState.HELD) | Q(
+        state=ReservationState.CONSUMED, held_at__gte=since
+    )
+    scopes = Q()
+    for cap in caps:
+        scopes |= _scope(cap)
+    rows = counting & scopes
+    sums: dict[str, Any] = {}
+    for i, cap in enumerate(caps):
+        sums[f"in_flight_{i}"] = Coalesce(
+            Sum("amount", filter=_scope(cap) & Q(state=ReservationState.HELD)), ZERO
+        )
+        sums[f"used_{i}"] = Coalesce(
             Sum(
                 "amount",
-                filter=Q(
+                filter=_scope(cap)
+                & Q(
                     state__in=(ReservationState.HELD, ReservationState.CONSUMED),
                     held_at__gte=since,
                 ),
             ),
             ZERO,
-        ),
-    )
-    return sums["in_flight"], sums["used"]
+        )
+    if user_id is not None:
+        pending = Q(
+            state=ReservationState.HELD,
+            request__created_by_id=user_id,
+            request__request_state__in=PENDING_REQUEST_STATES,
+        ) & ~Q(request=request)
+        rows |= pending
+        sums["client_count"] = Count("id", filter=pending)
+        for i, cap in enumerate(caps):
+            sums[f"client_held_{i}"] = Coalesce(Sum("amount", filter=pending & _scope(cap)), ZERO)
+    return Reservation.objects.filter(rows).aggregate(**sums)
 
 
-def _check(cap: Hardcap, amount: Decimal, now) -> None:
+def _check(cap: Hardcap, amount: Decimal, in_flight: Decimal, used: Decimal) -> None:
     scope = {"hardcap": cap.pk, "scope": cap.scope_label, "asked": format_amount(amount)}
-    in_flight, used = _cap_sums(cap, now)
     if in_flight + amount > cap.max_in_flight:
         figures = {"cap": format_amount(cap.max_in_flight), "in_flight": format_amount(in_flight)}
         raise ReservationRefused(
@@ -205,28 +229,15 @@ def pending_holds_by_client(*, hardcap: Hardcap) -> list[dict[str, Any]]:
 
 
 def _check_client(
-    request: MovementRequest, caps: list[Hardcap], amount: Decimal, limits: PendingLimits | None
+    request: MovementRequest,
+    caps: list[Hardcap],
+    amount: Decimal,
+    limits: PendingLimits,
+    sums: dict[str, Any],
 ) -> None:
     """One client may not tie up the hardcaps with movements nobody approved yet."""
     user = request.created_by
-    if user is None:
-        return
-    # The count and each cap's share in one query (it runs under the caps' row locks).
-    pending = client_pending_holds(user_id=user.pk).exclude(request=request)
-    sums = pending.aggregate(
-        count=Count("id"),
-        **{
-            f"held_{i}": Coalesce(
-                Sum(
-                    "amount",
-                    filter=Q(asset=cap.asset, **({"source": cap.source} if cap.source else {})),
-                ),
-                ZERO,
-            )
-            for i, cap in enumerate(caps)
-        },
-    )
-    count = sums["count"]
+    count = sums["client_count"]
     if count >= limits.max_count:
         raise ReservationRefused(
             f"{limits.max_count} movements of yours already await approval: the most a client "
@@ -235,7 +246,7 @@ def _check_client(
         )
     for i, cap in enumerate(caps):
         allowed = cap.max_in_flight * limits.max_share
-        held = sums[f"held_{i}"]
+        held = sums[f"client_held_{i}"]
         if held + amount > allowed:
             raise ReservationRefused(
                 f"{cap} refuses {format_amount(amount)} {cap.asset}: your movements awaiting "
@@ -253,10 +264,15 @@ def _check_client(
             )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     """Hold the request's amount against its hardcaps; raise ReservationRefused (holding
-    nothing) when no hardcap covers the scope or one of them has no room."""
+    nothing) when no hardcap covers the scope or one of them has no room.
+
+    Inside the caller's transaction without a savepoint of its own: a refusal is raised before
+    anything is written, and the caller's transaction (the create's savepoint) decides. The
+    caps are locked last and for the fewest statements: after the lock, one aggregate, the
+    reservation and its first event; the lock is held until the caller commits."""
     existing = Reservation.objects.filter(request=request).first()
     if existing is not None:
         return existing
@@ -271,20 +287,25 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
         )
     amount = Decimal(request.amount)
     now = timezone.now()
-    for cap in caps:
-        _check(cap, amount, now)
-    _check_client(request, caps, amount, limits)
+    client = request.created_by_id if limits is not None else None
+    sums = _sums(caps, now, client, request)
+    for i, cap in enumerate(caps):
+        _check(cap, amount, sums[f"in_flight_{i}"], sums[f"used_{i}"])
+    if limits is not None:
+        _check_client(request, caps, amount, limits, sums)
     reservation = Reservation.objects.create(
         request=request, asset=request.asset, source=request.source, amount=amount, held_at=now
     )
-    _record(
-        reservation,
-        old_state="",
-        actor=actor,
-        request_state=request.request_state,
-        reason=f"held against {', '.join(str(cap) for cap in caps)}",
-        detail={"hardcaps": [cap.pk for cap in caps]},
-    )
+    # Its first event opens the reservation's own audit stream: nothing to read before it.
+    with heads_known({ReservationEvent: {reservation.pk: GENESIS}}):
+        _record(
+            reservation,
+            old_state="",
+            actor=actor,
+            request_state=request.request_state,
+            reason=f"held against {', '.join(str(cap) for cap in caps)}",
+            detail={"hardcaps": [cap.pk for cap in caps]},
+        )
     return reservation
 
 

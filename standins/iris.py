@@ -24,7 +24,8 @@ Faults for tests, through ``POST /control/faults`` (JSON) or :meth:`IrisService.
 (answer 429 with a ``Retry-After``), ``retry_after`` (seconds, sent with either), ``times``
 (how many requests the fault lasts; absent: until cleared), ``delay`` (seconds to wait before
 answering), ``tamper`` (sign with a key that is not the attester's), ``confirmations`` (change
-the confirmations needed). ``DELETE /control/faults`` clears them; ``GET /control/requests``
+the confirmations needed; a V2 message is signed no sooner than that either: a slow
+attester). ``DELETE /control/faults`` clears them; ``GET /control/requests``
 lists the requests served (time, path, status), ``GET /control/health`` answers 200.
 
 CCTP V2 (a domain whose ``SourceDomain`` names a ``message_transmitter_v2``): messages sent
@@ -278,7 +279,7 @@ class IrisService:
                 return 200, {"messages": [complete_entry(a.message, key) for a in remembered]}
             return 404, {"error": "Message not found"}
         if chain.source.message_transmitter_v2:
-            v2 = self._messages_v2(domain, chain, tx_hash, receipt, key)
+            v2 = self._messages_v2(domain, chain, tx_hash, receipt, key, faults)
             if v2 is not None:
                 return 200, {"messages": v2}
         transmitter = chain.source.message_transmitter.lower()
@@ -317,10 +318,17 @@ class IrisService:
         return head + self.expiration_blocks
 
     def _messages_v2(
-        self, domain: int, chain: _Chain, tx_hash: str, receipt: dict[str, Any], key: str | bytes
+        self,
+        domain: int,
+        chain: _Chain,
+        tx_hash: str,
+        receipt: dict[str, Any],
+        key: str | bytes,
+        faults: Faults,
     ) -> list[dict[str, Any]] | None:
         """The entries for the V2 messages `receipt` emitted, signing those now due; None if
-        it emitted none through the domain's MessageTransmitterV2."""
+        it emitted none through the domain's MessageTransmitterV2. The ``confirmations`` fault
+        makes the attester slow: nothing new is signed before the burn has that many."""
         transmitter = (chain.source.message_transmitter_v2 or "").lower()
         logs = [
             log
@@ -332,6 +340,9 @@ class IrisService:
         if not logs:
             return None
         source_block = int(receipt["blockNumber"], 16)
+        slow = bool(faults.confirmations) and (
+            int(chain.rpc("eth_blockNumber"), 16) - source_block + 1 < faults.confirmations
+        )
         safe = _tag_number(chain, "safe")
         finalized = _tag_number(chain, "finalized")
         entries = []
@@ -354,7 +365,7 @@ class IrisService:
                 finalized_block=finalized,
                 fees=self.fees,
             )
-            if decision.executed is None:
+            if decision.executed is None or slow:
                 entries.append(pending_entry(decision.delay_reason))
                 continue
             signed = complete(

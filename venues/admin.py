@@ -5,9 +5,12 @@ from importlib import import_module
 
 from django.contrib import admin
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from movements.public import add_movement_page_inline
 from qtg.core.admin import ReadOnlyInline, ReadOnlyModelAdmin
+from venues import display
 from venues.models import (
     LIVE_TX_STATES,
     ChainLedgerEntry,
@@ -36,6 +39,10 @@ class ChainTransactionEventInline(ReadOnlyInline):
 
 @admin.register(ChainTransaction)
 class ChainTransactionAdmin(ReadOnlyModelAdmin):
+    """One transaction as a person reads it: what it does (the decoded call, its amount and
+    recipient), what it cost in the chain's units, how deep it is against the chain's finality
+    policy, a link to the chain's explorer; then the stored record and its events."""
+
     list_display = (
         "id",
         "chain",
@@ -45,16 +52,120 @@ class ChainTransactionAdmin(ReadOnlyModelAdmin):
         "state",
         "tx_hash",
         "block_number",
-        "confirmations",
+        "confirmations_shown",
         "node",
         "state_changed_at",
     )
     list_filter = ("state", "purpose", "chain")
     search_fields = ("tx_hash", "sender", "movement__id")
     list_select_related = ("node", "movement")
-    readonly_fields = [field.name for field in ChainTransaction._meta.fields]
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    "chain",
+                    "family",
+                    "state",
+                    "purpose",
+                    "sender",
+                    "nonce",
+                    "tx_hash_link",
+                    "movement",
+                    "node",
+                    "replaces",
+                )
+            },
+        ),
+        ("What it does", {"fields": ("call_summary", "amount", "recipient", "call_arguments")}),
+        ("Fees", {"fields": ("fee_shown", "family_fields")}),
+        ("Finality", {"fields": ("confirmations_shown", "block_number", "block_hash")}),
+        (
+            "Times",
+            {
+                "fields": (
+                    "created_at",
+                    "signed_at",
+                    "broadcast_at",
+                    "pending_at",
+                    "confirmed_at",
+                    "finalized_at",
+                    "state_changed_at",
+                )
+            },
+        ),
+        ("As signed", {"classes": ("collapse",), "fields": ("unsigned", "raw_signed")}),
+    )
+    readonly_fields = [field.name for field in ChainTransaction._meta.fields] + [
+        "tx_hash_link",
+        "call_summary",
+        "amount",
+        "recipient",
+        "call_arguments",
+        "fee_shown",
+        "family_fields",
+        "confirmations_shown",
+    ]
     inlines = [ChainTransactionEventInline]
     ordering = ("-id",)
+
+    def _call(self, tx):
+        # One decode per page: the fields below read the same call.
+        if getattr(tx, "_decoded_call", False) is False:
+            tx._decoded_call = display.decoded_call(tx)
+        return tx._decoded_call
+
+    @admin.display(description="transaction")
+    def tx_hash_link(self, tx):
+        if not tx.tx_hash:
+            return "— (not signed yet)"
+        link = display.explorer_link(tx)
+        if not link:
+            return format_html("<code>{}</code> (no explorer configured)", tx.tx_hash)
+        return format_html(
+            '<code>{}</code> <a href="{}" target="_blank" rel="noopener noreferrer">'
+            "view on the explorer</a>",
+            tx.tx_hash,
+            link,
+        )
+
+    @admin.display(description="call")
+    def call_summary(self, tx):
+        call = self._call(tx)
+        return call.summary if call is not None else "—"
+
+    @admin.display(description="amount")
+    def amount(self, tx):
+        return display.call_argument(self._call(tx), "amount")
+
+    @admin.display(description="recipient")
+    def recipient(self, tx):
+        return display.call_argument(self._call(tx), "recipient", "mint recipient", "spender")
+
+    @admin.display(description="decoded arguments")
+    def call_arguments(self, tx):
+        call = self._call(tx)
+        if call is None or not call.arguments:
+            return "—"
+        return format_html(
+            '<table class="qtg-call">{}</table>',
+            format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", call.arguments),
+        )
+
+    @admin.display(description="fee paid")
+    def fee_shown(self, tx):
+        return display.fee_paid(tx)
+
+    @admin.display(description="the family's fields")
+    def family_fields(self, tx):
+        rows = display.detail_rows(tx)
+        if not rows:
+            return "—"
+        return format_html_join(mark_safe("<br>"), "{}: {}", rows)
+
+    @admin.display(description="confirmations")
+    def confirmations_shown(self, tx):
+        return str(display.confirmations(tx))
 
 
 @admin.register(ChainLedgerEntry)
@@ -149,7 +260,7 @@ class MovementChainTransactionInline(ReadOnlyInline):
         "replaces",
         "block_number",
         "confirmations",
-        "max_fee_per_gas",
+        "fee_shown",
         "state_changed_at",
     )
     show_change_link = True
@@ -160,6 +271,10 @@ class MovementChainTransactionInline(ReadOnlyInline):
     @admin.display(description="node")
     def node_key(self, obj):
         return obj.node.node_key if obj.node_id else "-"
+
+    @admin.display(description="fee paid")
+    def fee_shown(self, obj):
+        return display.fee_paid(obj)
 
 
 add_movement_page_inline(MovementChainTransactionInline)

@@ -37,13 +37,19 @@ class VenuesConfig(AppConfig):
 
     def ready(self) -> None:
         from movements.executors.registry import registry
+        from qtg.core.assets import provide_asset_decimals
         from qtg.core.venues import provide_venues
         from venues import conf
 
         for adapter in installed_adapters():
-            # The adapter's chain family (address spelling, finality vocabulary), if it has one.
-            if find_spec(f"{adapter}.family") is not None:
-                import_module(f"{adapter}.family").register()
+            # The adapter's chain family (address spelling, its chains.yaml parser, its
+            # transaction fields, finality words, fees, calls, explorer), if it has one; and
+            # the calls a protocol on a family registers with it (CCTP's burns and mints).
+            for part in ("family", "calls"):
+                if find_spec(f"{adapter}.{part}") is not None:
+                    module = import_module(f"{adapter}.{part}")
+                    if hasattr(module, "register"):
+                        module.register()
         for adapter in installed_adapters():
             module = f"{adapter}.executors"
             for declared, names in EXECUTORS.items():
@@ -56,6 +62,7 @@ class VenuesConfig(AppConfig):
             register_chain_fact_checks()
         # The accounts the reviewed configuration names are venues movements may name.
         provide_venues(conf.account_names(), details=conf.account_details())
+        provide_asset_decimals(conf.asset_decimals())
 
 
 def register_chain_fact_checks() -> None:

@@ -3,19 +3,23 @@
 The files hold no secrets: an account names the environment variable or the file that holds
 its key, and an RPC endpoint names the variable that holds its URL. ``QTG_CHAINS_CONFIG`` and
 ``QTG_EXCHANGES_CONFIG`` point elsewhere (the local stand-ins write their own, tests too).
-Each adapter parses its own entries (``kind`` tells whose an entry is); this module only finds
-and reads the files, and lists the account names movements may use as venues.
+Each chain entry is parsed by its family (``kind`` names it; the family registers its parser
+in ``qtg.core.chains``), once per version of the file: ``chain(name)`` and ``chains(kind)``
+hand out the parsed chain; a changed file is read and parsed again. This module also lists
+the account names movements may use as venues and reads each chain's explorer link template.
 """
 
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
 FILES = {"chains": "QTG_CHAINS_CONFIG", "exchanges": "QTG_EXCHANGES_CONFIG"}
 
@@ -45,6 +49,64 @@ def load(name: str) -> dict[str, Any]:
     return _read(path, path.stat().st_mtime)
 
 
+def _version(name: str) -> tuple[str, float]:
+    path = config_path(name)
+    return (str(path), path.stat().st_mtime if path.exists() else -1.0)
+
+
+# (what, file version) -> the parsed value: each thing is parsed once per version of its file.
+_parsed: dict[tuple[str, tuple[str, float]], Any] = {}
+
+
+def parsed(name: str, what: str, parse: Callable[[], T]) -> T:
+    """``parse()`` (which reads file ``name``) run once per version of that file; an error is
+    raised again at each use, never kept."""
+    key = (what, _version(name))
+    if key not in _parsed:
+        value = parse()
+        for old in [k for k in _parsed if k[0] == what and k[1][0] == key[1][0]]:
+            del _parsed[old]  # an older version of the same file
+        _parsed[key] = value
+    return _parsed[key]
+
+
+def chain(name: str) -> Any:
+    """Chain ``name`` parsed by its family (``LookupError``: no such chain, or no family of its
+    kind is registered)."""
+    from qtg.core.chains import family
+
+    entry = section("chains", "chains").get(name)
+    if not isinstance(entry, dict):
+        raise LookupError(f"no chain {name!r} is configured")
+    found = family(str(entry.get("kind") or ""))
+    return parsed("chains", f"chain:{name}", lambda: found.parse(str(name), entry))
+
+
+def chains(kind: str) -> dict[str, Any]:
+    """Every configured chain of family ``kind``, parsed (once per version of the file)."""
+    return {
+        str(name): chain(str(name))
+        for name, entry in section("chains", "chains").items()
+        if isinstance(entry, dict) and entry.get("kind") == kind
+    }
+
+
+def chain_kind(name: str) -> str:
+    """The family of configured chain ``name`` ("" when it is not configured)."""
+    entry = section("chains", "chains").get(name)
+    return str(entry.get("kind") or "") if isinstance(entry, dict) else ""
+
+
+def explorer_tx_url(name: str) -> str:
+    """Chain ``name``'s reviewed explorer link template (``explorer_tx_url``, ``{tx}`` the hash
+    or signature); "" when it has none or it is malformed (a link is never guessed)."""
+    entry = section("chains", "chains").get(name)
+    value = entry.get("explorer_tx_url") if isinstance(entry, dict) else None
+    if not isinstance(value, str) or "{tx}" not in value:
+        return ""
+    return value if value.startswith(("https://", "http://")) else ""
+
+
 def section(name: str, key: str) -> dict[str, Any]:
     """One top-level mapping of a file (``section("chains", "chains")``)."""
     value = load(name).get(key) or {}
@@ -71,9 +133,7 @@ def account_details() -> dict[str, dict[str, Any]]:
     details: dict[str, dict[str, Any]] = {}
     for chain, entry in section("chains", "chains").items():
         entry = entry or {}
-        native = (entry.get("native") or {}).get("symbol") or (
-            "SOL" if entry.get("kind") == "solana" else "ETH"
-        )
+        native = (entry.get("native") or {}).get("symbol") or _native_symbol(entry.get("kind"))
         tokens = [str(symbol) for symbol in (entry.get("tokens") or {})]
         for account in entry.get("accounts") or {}:
             details[str(account)] = {
@@ -81,7 +141,7 @@ def account_details() -> dict[str, dict[str, Any]]:
                 "chain": str(chain),
                 "chain_kind": str(entry.get("kind") or ""),
                 "exchange": None,
-                "assets": sorted({str(native), *tokens}),
+                "assets": sorted({str(native), *tokens} - {""}),
             }
     for exchange, entry in section("exchanges", "exchanges").items():
         entry = entry or {}
@@ -94,6 +154,34 @@ def account_details() -> dict[str, dict[str, Any]]:
                 "assets": None,
             }
     return details
+
+
+def asset_decimals() -> dict[str, int]:
+    """Each asset's decimals as the chains' entries give them (tokens and native coins; the
+    console shows amounts with them, ``qtg.core.assets``)."""
+    from qtg.core.chains import families
+
+    found: dict[str, int] = {}
+    for entry in section("chains", "chains").values():
+        entry = entry or {}
+        family = families().get(str(entry.get("kind") or ""))
+        symbol, places = family.native if family is not None else ("", 0)
+        native = entry.get("native") or {}
+        symbol = str(native.get("symbol") or symbol)
+        if symbol:
+            found[symbol] = int(native.get("decimals", places))
+        for symbol, token in (entry.get("tokens") or {}).items():
+            if isinstance(token, dict) and token.get("decimals") is not None:
+                places = int(token["decimals"])
+                found[str(symbol)] = max(places, found.get(str(symbol), 0))
+    return found
+
+
+def _native_symbol(kind: Any) -> str:
+    from qtg.core.chains import families
+
+    found = families().get(str(kind or ""))
+    return found.native[0] if found is not None else ""
 
 
 def rpc_url(chain: str, variable: str) -> str:

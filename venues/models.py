@@ -18,9 +18,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from movements.public import MovementRequest, MovementRequestNode
-from qtg.core.actors import ActorType
 from qtg.core.chain import linked_constraint
-from qtg.core.models import AppendOnlyModel
+from qtg.core.models import AppendOnlyModel, AuditEventModel
 from qtg.core.money import MONEY
 from venues.cex.models import (  # noqa: F401
     CexClock,
@@ -101,7 +100,10 @@ class ChainTransaction(models.Model):
 
     chain = models.CharField(max_length=64)
     sender = models.CharField(max_length=128)
-    nonce = models.PositiveBigIntegerField(null=True, blank=True)  # none on Solana
+    # The sender's account sequence where the family has one (EVM's nonce; Cosmos would put
+    # its sequence here): shared, because the nonce allocator and the gap filler query and
+    # order by it. None on Solana.
+    nonce = models.PositiveBigIntegerField(null=True, blank=True)
     # Why QTG signed it: a node's transaction, or a filler of a nonce a node left unused
     # (``replaces`` then points at the orphan it stands in for; ``venues.evm.tx.gaps``).
     purpose = models.CharField(max_length=16, choices=TxPurpose.choices, default=TxPurpose.NODE)
@@ -110,9 +112,12 @@ class ChainTransaction(models.Model):
     unsigned = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     tx_hash = models.CharField(max_length=128, blank=True)  # EVM hash / Solana signature
     raw_signed = models.TextField(blank=True)  # 0x-hex (EVM) or base64 (Solana), pre-broadcast
-    gas_limit = models.PositiveBigIntegerField(null=True, blank=True)
-    max_fee_per_gas = models.DecimalField(null=True, blank=True, **UINT256)
-    max_priority_fee_per_gas = models.DecimalField(null=True, blank=True, **UINT256)
+    # The chain family (``qtg.core.chains``: evm, solana) and its own fields, checked against
+    # the family's schema by the one writer (``venues.transactions``): EVM's gas limit and
+    # EIP-1559 fees, Solana's blockhash and last valid height. Whole numbers are decimal
+    # strings (wei exceed every JSON number type). README "Architecture" says why not columns.
+    family = models.CharField(max_length=16, blank=True)
+    family_detail = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
     fee_paid = models.DecimalField(null=True, blank=True, **UINT256)  # smallest native unit
     movement = models.ForeignKey(
         MovementRequest,
@@ -163,7 +168,7 @@ class ChainTransaction(models.Model):
         return self.state in TERMINAL_TX_STATES
 
 
-class ChainTransactionEvent(AppendOnlyModel):
+class ChainTransactionEvent(AuditEventModel):
     """One audit record of a chain transaction: its transition and the evidence for it (the
     node's answer, the block hash), or evidence recorded without a state change
     (``from_state == to_state``: a re-broadcast)."""
@@ -174,8 +179,6 @@ class ChainTransactionEvent(AppendOnlyModel):
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     evidence = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
-    actor_type = models.CharField(max_length=16, choices=ActorType.choices)
-    actor_id = models.CharField(max_length=128, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     chain_stream = "chain_transaction_id"

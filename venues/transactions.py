@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from qtg.core.actors import Actor, acting
+from qtg.core.chains import family as chain_family
 from qtg.core.errors import IllegalStateTransition, StaleState
 from venues.models import (
     ChainLedgerEntry,
@@ -59,13 +60,14 @@ def chain_transaction_create(
     node_id: int | None = None,
     replaces: ChainTransaction | None = None,
     purpose: str = TxPurpose.NODE,
-    gas_limit: int | None = None,
-    max_fee_per_gas: int | None = None,
-    max_priority_fee_per_gas: int | None = None,
+    family: str,
+    detail: Mapping[str, Any] | None = None,
     evidence: Mapping[str, Any] | None = None,
 ) -> ChainTransaction:
     """A new CREATED transaction (its nonce already allocated, see ``venues.nonces``) with
-    its first event."""
+    its first event; ``detail``, the family's own fields, is checked against the family's
+    schema (``qtg.core.chains``: unknown fields and wrong types are refused)."""
+    family_detail = chain_family(family).tx_detail_json(detail or {})
     with transaction.atomic():
         tx = ChainTransaction.objects.create(
             chain=chain,
@@ -76,9 +78,8 @@ def chain_transaction_create(
             node_id=node_id,
             replaces=replaces,
             purpose=TxPurpose(purpose),
-            gas_limit=gas_limit,
-            max_fee_per_gas=max_fee_per_gas,
-            max_priority_fee_per_gas=max_priority_fee_per_gas,
+            family=family,
+            family_detail=family_detail,
         )
         _event(tx, "", S.CREATED, actor=actor, evidence=evidence)
     return tx

@@ -74,8 +74,9 @@ def node_state_badge(state: str) -> str:
     return _badge(state, NODE_COLOURS)
 
 
-def format_amount(amount: Decimal) -> str:
-    return money.format_amount(amount, grouping=True) or ""
+def format_amount(amount: Decimal, asset: str) -> str:
+    """An amount as the console shows it (the asset's decimals, thousands separators)."""
+    return money.display_amount(amount, asset)
 
 
 class MovementChangeList(ChangeList):
@@ -181,7 +182,9 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
 
     @admin.display(description="amount", ordering="amount")
     def amount_display(self, obj):
-        return format_html("{}&nbsp;{}", format_amount(obj.amount), obj.asset)
+        return format_html(
+            '<span class="qtg-num">{}</span> {}', format_amount(obj.amount, obj.asset), obj.asset
+        )
 
     @admin.display(description="from → to")
     def route(self, obj):
@@ -398,9 +401,11 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             kind=kind,
             action=f"{kind}_selected",
             selected=pks,
-            eligible=[(row, format_amount(row.amount)) for row in eligible],
-            skipped=[(row, format_amount(row.amount), why) for row, why in skipped],
-            totals=[(asset, format_amount(total)) for asset, total in sorted(totals.items())],
+            eligible=[(row, format_amount(row.amount, row.asset)) for row in eligible],
+            skipped=[(row, format_amount(row.amount, row.asset), why) for row, why in skipped],
+            totals=[
+                (asset, format_amount(total, asset)) for asset, total in sorted(totals.items())
+            ],
             form=form if kind == "reject" else None,
         )
         return TemplateResponse(

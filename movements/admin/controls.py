@@ -54,6 +54,7 @@ from qtg.core import money
 from qtg.core.actors import Actor
 from qtg.core.admin import PeopleByName, ReadOnlyInline
 from qtg.core.errors import InvalidInput, QTGError
+from qtg.core.times import console_time
 
 VIEW_MOVEMENTS = "movements.view_movementrequest"
 
@@ -235,7 +236,7 @@ class AddressBookEntryAdmin(ProposeOnlyAdmin):
         if entry.status != "ACTIVE":
             return "—"
         if entry.usable_from and entry.usable_from > timezone.now():
-            return f"cool-down until {entry.usable_from:%Y-%m-%d %H:%M}"
+            return f"cool-down until {console_time(entry.usable_from)}"
         return "yes"
 
     def save_model(self, request, obj, form, change):
@@ -400,7 +401,7 @@ class OverrideProposalAdmin(PeopleByName, admin.ModelAdmin):
             "movement": movement,
             "movement_url": movement_url,
             "changelist_url": changelist,
-            "amount_display": money.format_amount(movement.amount, grouping=True),
+            "amount_display": money.display_amount(movement.amount, movement.asset),
             "what_happens": override_consequences(proposal, current_nodes(movement)),
             "evidence": json.dumps(proposal.evidence, indent=2, sort_keys=True, default=str)
             if proposal.evidence
@@ -457,7 +458,7 @@ class ApprovalInline(ReadOnlyInline):
     def void(self, approval: MovementApproval) -> str:
         if approval.void_at is None:
             return "—"
-        return f"VOID at {approval.void_at:%Y-%m-%d %H:%M:%S}: {approval.void_reason}"
+        return f"VOID at {console_time(approval.void_at)}: {approval.void_reason}"
 
 
 class OverrideInline(ReadOnlyInline):

@@ -12,16 +12,19 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import CharField, OuterRef, Subquery
 from django.db.models.functions import Cast
+from django.forms.models import _get_foreign_key
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
-from movements import audit, policies, public
+from movements import audit, policies, public, selectors
 from movements.admin.actions import ACTIONS, Situation
 from movements.admin.changelist import (
     MovementChangelistAdmin,
@@ -37,13 +40,15 @@ from movements.models import (
     MovementRequestNode,
     RouteTemplate,
 )
-from movements.policies import Action, Rule
+from movements.policies import PERMISSIONS, Action, Rule
 from movements.selectors import current_nodes
-from movements.states import IN_FLIGHT_NODE_STATES, RequestState
+from movements.states import IN_FLIGHT_NODE_STATES, TERMINAL_REQUEST_STATES, RequestState
+from qtg.core.actors import Actor
 from qtg.core.admin import ReadOnlyInline as BaseReadOnlyInline
 from qtg.core.admin import ReadOnlyModelAdmin
 from qtg.core.errors import QTGError
 from qtg.core.policies import Refusal
+from qtg.core.times import console_time
 
 # How often a movement page reloads itself while something is in flight.
 QTG_PAGE_REFRESH_SECONDS = 5
@@ -98,7 +103,7 @@ class NodeInline(ReadOnlyInline):
         if not obj.lease_owner:
             return "—"
         return (
-            f"{obj.lease_owner} until {obj.lease_expires_at:%Y-%m-%d %H:%M:%S} "
+            f"{obj.lease_owner} until {console_time(obj.lease_expires_at)} "
             f"(epoch {obj.lease_epoch})"
         )
 
@@ -147,10 +152,38 @@ class EventInline(ReadOnlyInline):
 
     @admin.display(description="detail / evidence")
     def evidence(self, obj):
+        """Folded: what it holds in one line, the JSON when opened (the events filter reads
+        it folded too)."""
         if not obj.detail:
             return "—"
         text = json.dumps(obj.detail, indent=1, sort_keys=True, cls=DjangoJSONEncoder)
-        return format_html('<pre class="qtg-evidence">{}</pre>', text)
+        keys = ", ".join(sorted(obj.detail)) if isinstance(obj.detail, dict) else "value"
+        summary = keys if len(keys) <= 60 else keys[:59] + "…"
+        return format_html(
+            '<details class="qtg-evidence-box"><summary>{}</summary>'
+            '<pre class="qtg-evidence">{}</pre></details>',
+            summary,
+            text,
+        )
+
+
+def next_steps(movement: MovementRequest, nodes: list) -> list[dict[str, Any]]:
+    """What a person may do next on the movement, and who: each action its policies allow
+    someone now (asked as the system, which holds every permission and every approver
+    group), with the groups holding the action's permission."""
+    if movement.request_state in TERMINAL_REQUEST_STATES:
+        return []
+    groups = tuple(Group.objects.order_by("name").values_list("name", flat=True))
+    anyone = Situation(Actor.system("console"), movement, nodes, timezone.now(), None, groups)
+    possible = [action for action in ACTIONS.values() if action.refusal(anyone) is None]
+    holders = selectors.permission_holders([PERMISSIONS[Action(a.name)] for a in possible])
+    steps = []
+    for action in possible:
+        who = ", ".join(holders[PERMISSIONS[Action(action.name)]]) or "no group holds it"
+        if action.name == Action.APPROVE and movement.created_by is not None:
+            who += f" (not {movement.created_by.get_username()}: four-eyes)"
+        steps.append({"name": action.name, "label": action.label, "who": who})
+    return steps
 
 
 def reservation_of(movement: MovementRequest) -> Any:
@@ -163,65 +196,34 @@ def reservation_of(movement: MovementRequest) -> Any:
 
 @admin.register(MovementRequest)
 class MovementRequestAdmin(MovementChangelistAdmin):
-    inlines = (NodeInline, ApprovalInline, OverrideInline, EventInline)
-    readonly_fields = ("amount_display", "approval_progress", "audit_chain")
-    fieldsets = (
-        (
-            "Movement",
-            {
-                "fields": (
-                    "id",
-                    "template_key",
-                    "template_version",
-                    "asset",
-                    "amount_display",
-                    "source",
-                    "destination",
-                    "params",
-                    "idempotency_key",
-                )
-            },
-        ),
-        (
-            "Approval",
-            {
-                "fields": (
-                    "created_by",
-                    "created_at",
-                    "approval_progress",
-                    "approval_policy",
-                    "approved_by",
-                    "approved_at",
-                    "expires_at",
-                )
-            },
-        ),
-        (
-            "State",
-            {
-                "fields": (
-                    "request_state",
-                    "state_changed_at",
-                    "current_frontier",
-                    "failure_reason",
-                    "updated_at",
-                    "audit_chain",
-                )
-            },
-        ),
-    )
+    # The page reads: header (the template), plan graph, nodes, events; then the approvals,
+    # overrides and deliveries a movement has (an empty one is left out).
+    inlines = (NodeInline, EventInline, ApprovalInline, OverrideInline)
 
     # --- the movement page ------------------------------------------------------------------
+
+    def get_fieldsets(self, request, obj=None):
+        # Everything the fields said is in the header, once: no fieldsets repeating it.
+        return []
 
     def get_inlines(self, request, obj):
         # Sections other apps add to the movement page (e.g. callback deliveries).
         return (*self.inlines, *public.movement_page_inlines())
 
-    @admin.display(description="audit chain")
-    def audit_chain(self, obj) -> str:
-        """Its events and approvals verified with the audit key and the checkpoints, or
-        where the chain breaks (movements/audit.py)."""
-        return audit.movement_chain_status(obj.pk)
+    def get_inline_instances(self, request, obj=None):
+        """The nodes and the events always; the other sections only when they have rows (an
+        empty table of approvals, overrides or deliveries is height without news)."""
+        instances = super().get_inline_instances(request, obj)
+        if obj is None:
+            return instances
+        return [
+            inline
+            for inline in instances
+            if isinstance(inline, NodeInline | EventInline)
+            or inline.get_queryset(request)
+            .filter(**{_get_foreign_key(self.model, inline.model, inline.fk_name).name: obj})
+            .exists()
+        ]
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         movement = self.get_object(request, unquote(object_id))
@@ -258,14 +260,14 @@ class MovementRequestAdmin(MovementChangelistAdmin):
             "reservation": reservation
             and {
                 "state": reservation.state,
-                "amount": format_amount(reservation.amount),
+                "amount": format_amount(reservation.amount, reservation.asset),
                 "asset": reservation.asset,
             },
             "subtitle": f"{movement.short_id} · {movement.template_key} · "
-            f"{format_amount(movement.amount)} {movement.asset}",
+            f"{format_amount(movement.amount, movement.asset)} {movement.asset}",
             "movement": movement,
             "state_badge": request_state_badge(movement.request_state),
-            "amount_display": format_amount(movement.amount),
+            "amount_display": format_amount(movement.amount, movement.asset),
             "movement_actions": actions,
             # An approval is pending and four-eyes keeps this user from giving it.
             "four_eyes_blocked": (
@@ -278,6 +280,12 @@ class MovementRequestAdmin(MovementChangelistAdmin):
             "awaiting_approval": policies.awaiting_approval(movement),
             "approval_progress": self.approval_progress(movement),
             "graph": plan_graph(movement, situation.nodes),
+            "next_steps": next_steps(movement, situation.nodes),
+            "audit_chain": audit.movement_chain_status(movement.pk),
+            "params_json": json.dumps(
+                movement.params, indent=1, sort_keys=True, cls=DjangoJSONEncoder
+            ),
+            "terminal": movement.request_state in TERMINAL_REQUEST_STATES,
             # The page reloads itself while the workers may still change it.
             "auto_refresh_seconds": QTG_PAGE_REFRESH_SECONDS
             if in_flight(movement, situation.nodes)
@@ -333,10 +341,10 @@ class MovementRequestAdmin(MovementChangelistAdmin):
                             request,
                             format_html(
                                 '{} proposed: another supervisor confirms it on the <a href="{}">'
-                                "Override proposals</a> page before {} UTC.",
+                                "Override proposals</a> page before {}.",
                                 action.label,
                                 reverse("admin:movements_overrideproposal_changelist"),
-                                f"{proposal.expires_at:%Y-%m-%d %H:%M}",
+                                console_time(proposal.expires_at),
                             ),
                             messages.WARNING,
                         )
@@ -365,7 +373,7 @@ class MovementRequestAdmin(MovementChangelistAdmin):
             "what_happens": action.describe(situation),
             "form": form,
             "state_badge": request_state_badge(movement.request_state),
-            "amount_display": format_amount(movement.amount),
+            "amount_display": format_amount(movement.amount, movement.asset),
             "change_url": self._change_url(movement),
         }
         return TemplateResponse(

@@ -34,7 +34,7 @@ from movements.models import (
     MovementRequestNode,
     NodeKind,
 )
-from movements.selectors import current_nodes, valid_approvals
+from movements.selectors import current_nodes, details_held, valid_approvals
 from movements.states import RequestState
 from qtg.core.money import format_amount
 from qtg.core.venues import venue_choices
@@ -430,3 +430,14 @@ class MovementEventSerializer(serializers.ModelSerializer):
     def get_new_state(self, event: MovementEvent) -> str | None:
         """Null on records without a state change."""
         return event.new_state or None
+
+
+def created_representation(movement: MovementRequest) -> dict[str, Any] | None:
+    """The API representation of a movement its create just wrote, from the rows the create
+    holds (``created_nodes``; nothing approved, no attention yet): None when the create did
+    not keep them (refused by a hardcap: read it instead)."""
+    nodes = getattr(movement, "created_nodes", None)
+    if nodes is None:
+        return None
+    with details_held(movement, nodes=nodes, approvals=[], attentions=[]):
+        return MovementSerializer(movement).data

@@ -36,9 +36,14 @@ from movements.api.serializers import (
     RouteTemplateSerializer,
     TemplateSerializer,
     VenueSerializer,
+    created_representation,
 )
 from movements.models import MovementRequest
-from movements.selectors import movements_visible_to, movements_with_details, request_events
+from movements.selectors import (
+    movements_visible_to,
+    movements_with_details,
+    request_events,
+)
 from movements.services import (
     manual_gate_resume,
     movement_approve,
@@ -290,7 +295,12 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 status=status.HTTP_200_OK,
                 headers={REPLAYED_HEADER: "true"},
             )
-        return Response(self._read(movement.pk), status=status.HTTP_201_CREATED)
+        # Built from the rows the create wrote, not read again.
+        created = created_representation(movement)
+        return Response(
+            self._read(movement.pk) if created is None else created,
+            status=status.HTTP_201_CREATED,
+        )
 
     @extend_schema(
         summary="Approve (four-eyes: not by its creator)",

@@ -44,6 +44,16 @@ class AmountRefused(DeterministicError):
     is written; raised later, it fails the node like any refusal."""
 
 
+class ParamRefused(DeterministicError):
+    """A request param the venue can never accept (malformed, too long). Raised by
+    ``validate`` at create, it is the caller's input that is wrong: the create is refused (400,
+    the reason under ``params`` and the param's name) and nothing is written."""
+
+    def __init__(self, message: str, *, param: str, evidence: dict[str, Any] | None = None) -> None:
+        super().__init__(message, evidence=evidence)
+        self.param = param
+
+
 class TransientError(ExecutorError):
     """Nothing happened and a later attempt may succeed (rate limit, venue down).
 

@@ -220,28 +220,63 @@ def approval_policy_reject(*, policy: ApprovalPolicy | Any, actor: Actor) -> App
 # --- what an approval is bound to --------------------------------------------------------------
 
 
+PLAN_NODE_BOUND = (
+    "key",
+    "kind",
+    "executor",
+    "has_side_effect",
+    "signing_required",
+    "config",
+    "condition",
+)
+
+
 def _binding(request: MovementRequest, nodes: Iterable[Any], edges: Iterable[Any]) -> str:
+    return _binding_of(
+        request,
+        [[getattr(n, name) for name in PLAN_NODE_BOUND] for n in nodes],
+        [[e.source.key, e.target.key, e.kind] for e in edges],
+    )
+
+
+def _binding_of(request: MovementRequest, nodes: list[list], edges: list[list]) -> str:
     canonical = {
         "asset": request.asset,
         "amount": format_amount(Decimal(request.amount)),
         "source": request.source,
         "destination": request.destination,
-        "plan": sorted(
-            [
-                n.key,
-                n.kind,
-                n.executor,
-                n.has_side_effect,
-                n.signing_required,
-                n.config,
-                n.condition,
-            ]
-            for n in nodes
-        ),
-        "edges": sorted([e.source.key, e.target.key, e.kind] for e in edges),
+        "plan": sorted(nodes),
+        "edges": sorted(edges),
     }
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_read(request: MovementRequest) -> tuple[str, list[tuple[str, str]]]:
+    """``approval_binding`` of ``request`` and its plan's edges (source key, target key, in
+    the plan graph's order), read together in one query: each plan node with its outgoing
+    edges."""
+    rows = (
+        MovementPlanNode.objects.filter(request=request)
+        .order_by()
+        .values_list(
+            *PLAN_NODE_BOUND,
+            "out_edges__target__key",
+            "out_edges__kind",
+            "out_edges__target__position",
+        )
+    )
+    nodes: dict[str, list] = {}
+    edges = []
+    for row in rows:
+        nodes.setdefault(row[0], list(row[: len(PLAN_NODE_BOUND)]))
+        target, kind, position = row[len(PLAN_NODE_BOUND) :]
+        if target is not None:
+            edges.append((position, target, row[0], kind))
+    binding = _binding_of(
+        request, list(nodes.values()), [[source, target, kind] for _, target, source, kind in edges]
+    )
+    return binding, [(source, target) for _, target, source, _ in sorted(edges)]
 
 
 def approval_binding(request: MovementRequest) -> str:
@@ -267,18 +302,24 @@ def bindings_of(requests: Sequence[MovementRequest]) -> dict[Any, str]:
 
 
 def approval_add(
-    *, request: MovementRequest, actor: Actor, approvals: list[MovementApproval]
+    *,
+    request: MovementRequest,
+    actor: Actor,
+    approvals: list[MovementApproval],
+    groups: list[str] | None = None,
+    binding: str | None = None,
 ) -> MovementApproval:
     """Store ``actor``'s approval of the locked ``request``, bound to it as it is now, and
-    append it to ``approvals``. The caller records it (``approval_detail``)."""
+    append it to ``approvals``. The caller records it (``approval_detail``); a caller that
+    read the actor's ``groups`` and the ``binding`` (``plan_read``) already passes them."""
     approval = MovementApproval.objects.create(
         request=request,
         approver=str(actor),
         approved_by=actor.user,
         approved_at=timezone.now(),
-        groups=actor_groups(actor),
+        groups=actor_groups(actor) if groups is None else groups,
         policy=request.approval_policy,
-        binding_hash=approval_binding(request),
+        binding_hash=approval_binding(request) if binding is None else binding,
     )
     approvals.append(approval)
     return approval

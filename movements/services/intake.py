@@ -19,7 +19,7 @@ from django.utils import timezone
 from movements import ports
 from movements.compiler import CompiledPlan, compile_plan
 from movements.executors import get_executor
-from movements.executors.base import AmountRefused, DeterministicError, NodeSpec
+from movements.executors.base import AmountRefused, DeterministicError, NodeSpec, ParamRefused
 from movements.models import (
     OPERATOR_DETAIL,
     MovementEvent,
@@ -28,6 +28,7 @@ from movements.models import (
     MovementRequest,
     MovementRequestNode,
 )
+from movements.selectors import details_held, reservation_known
 from movements.services.address_book import Standing, standing_message, standing_of
 from movements.services.approvals import (
     apply_approval_policy,
@@ -44,6 +45,7 @@ from movements.services.templates import route_template_current
 from movements.services.writers import RowWriter
 from movements.states import RequestState
 from qtg.core.actors import Actor
+from qtg.core.chain import GENESIS, heads_known
 from qtg.core.errors import (
     DestinationNotAllowlisted,
     IdempotencyConflict,
@@ -243,7 +245,8 @@ def movement_create(
         if replay is not None:
             return replay
     try:
-        with transaction.atomic():
+        # One read of the subscriptions for the create's callback events.
+        with ports.callbacks().read_once(), transaction.atomic():
             if idempotency_key:
                 _claim_key(created_by=created_by, idempotency_key=idempotency_key)
             request = _create(
@@ -300,8 +303,24 @@ def _create(
         created_at=now,
         state_changed_at=now,
     )
-    # The row is this transaction's own (nobody else sees it yet): its events and changes
-    # are written together, with one chain-hash query and one row update.
+    # The row is this transaction's own (nobody else sees it yet): its audit stream starts
+    # here (no head to read), and its callback events show it from what the service holds.
+    nodes: list[MovementRequestNode] = []
+    reservation_known(request, None)
+    with (
+        heads_known({MovementEvent: {request.pk: GENESIS}}),
+        details_held(request, nodes=nodes, approvals=[], attentions=[]),
+    ):
+        return _receive(request, actor, nodes)
+
+
+def _receive(
+    request: MovementRequest, actor: Actor, nodes: list[MovementRequestNode]
+) -> MovementRequest:
+    """RECEIVED -> VALIDATED -> PENDING_APPROVAL with the reservation held, or FAILED. Each
+    step's events and changes are written together, with one row update; ``nodes`` receives
+    the plan's nodes as they are built."""
+    template, amount = request.template_key, request.amount
     with batch() as writer:
         record_event(
             request=request,
@@ -310,10 +329,10 @@ def _create(
             new_state=RequestState.RECEIVED,
             detail={
                 "template": template,
-                "asset": asset,
+                "asset": request.asset,
                 "amount": str(amount),
-                "source": source,
-                "destination": destination,
+                "source": request.source,
+                "destination": request.destination,
             },
             writer=writer,
         )
@@ -324,17 +343,21 @@ def _create(
                 raise TemplateInvalid(f"unknown route template {template!r}")
             plan = compile_plan(
                 route_template.definition,
-                asset=asset,
+                asset=request.asset,
                 amount=amount,
-                source=source,
-                destination=destination,
-                params=params,
+                source=request.source,
+                destination=request.destination,
+                params=request.params,
             )
             _validate_with_executors(
-                plan, asset=asset, amount=amount, source=source, destination=destination
+                plan,
+                asset=request.asset,
+                amount=amount,
+                source=request.source,
+                destination=request.destination,
             )
         except TemplateInvalid as exc:
-            return _fail_validation(request, actor, exc, writer=writer)
+            return _created(_fail_validation(request, actor, exc, writer=writer), [])
 
         request.template = route_template
         request.template_version = route_template.version
@@ -354,7 +377,7 @@ def _create(
         )
         standing, entry = standing_of(request)
         if standing == Standing.NOT_ALLOWLISTED:
-            return _fail_validation(
+            failed = _fail_validation(
                 request,
                 actor,
                 DestinationNotAllowlisted(
@@ -363,9 +386,10 @@ def _create(
                 ),
                 writer=writer,
             )
+            return _created(failed, [])
     try:
         with transaction.atomic():
-            nodes = _build_plan(request, plan)
+            nodes.extend(_build_plan(request, plan))
             with batch() as writer:
                 set_request_state(
                     request=request,
@@ -388,9 +412,18 @@ def _create(
             # The hold comes last: every create of the asset queues on its hardcap rows, which
             # stay locked only for the hold's own statements and the commit. Refused, the
             # plan and the two transitions above roll back with the savepoint.
-            ports.reservations().hold(request=request, actor=actor)
+            reservation = ports.reservations().hold(request=request, actor=actor)
     except ReservationRefused as exc:
+        # Read again: the savepoint took back what this instance holds.
         return _fail_validation(MovementRequest.objects.get(pk=request.pk), actor, exc)
+    reservation_known(request, reservation)
+    return _created(request, list(nodes))
+
+
+def _created(request: MovementRequest, nodes: list[MovementRequestNode]) -> MovementRequest:
+    """``request`` as created, with its nodes (``created_nodes``): the API answers with it
+    without reading it again (``movements.api.serializers.created_representation``)."""
+    request.created_nodes = nodes
     return request
 
 
@@ -399,8 +432,8 @@ def _validate_with_executors(
 ) -> None:
     """Each node's executor may refuse, before anything is held, a movement it could never
     carry out (``Executor.validate``): the movement fails validation with its reason; an
-    amount the venue can never carry out is the caller's input refused (``InvalidInput``:
-    the create's transaction is rolled back, nothing is written)."""
+    amount (or a param) the venue can never carry out is the caller's input refused
+    (``InvalidInput``: the create's transaction is rolled back, nothing is written)."""
     for node in plan.nodes:
         spec = NodeSpec(
             node_key=node.key,
@@ -417,6 +450,11 @@ def _validate_with_executors(
             raise InvalidInput(
                 "the amount is not one the venue can carry out",
                 details={"amount": [exc.message], **_rules_detail(exc)},
+            ) from exc
+        except ParamRefused as exc:
+            raise InvalidInput(
+                f"param {exc.param!r} is not one the venue can accept",
+                details={"params": {exc.param: [exc.message]}},
             ) from exc
         except DeterministicError as exc:
             raise TemplateInvalid(f"node {node.key!r}: {exc.message}") from exc

@@ -1,5 +1,6 @@
 """Frontier advancement and the request state derived from node states (signals-free)."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +46,19 @@ def plan_graph(request: MovementRequest) -> PlanGraph:
     graph = _PLAN_GRAPHS.get(request.pk)
     if graph is not None:
         return graph
-    successors: dict[str, list[str]] = {}
-    predecessors: dict[str, list[str]] = {}
     edges = (
         MovementPlanEdge.objects.filter(request_id=request.pk)
         .order_by("target__position", "target__key")
         .values_list("source__key", "target__key")
     )
+    return remember_plan_graph(request, edges)
+
+
+def remember_plan_graph(request: MovementRequest, edges: Iterable[tuple[str, str]]) -> PlanGraph:
+    """Cache the plan graph of ``request`` from its edges (source key, target key) as the
+    caller read them, in the order of their targets' position then key."""
+    successors: dict[str, list[str]] = {}
+    predecessors: dict[str, list[str]] = {}
     for source, target in edges:
         successors.setdefault(source, []).append(target)
         predecessors.setdefault(target, []).append(source)
@@ -261,9 +268,13 @@ def _advance(
     apply_request_state_from_nodes(request, actor=actor, nodes=nodes, writer=writer)
 
 
-def start_roots(request: MovementRequest, *, actor: Actor) -> None:
-    """Wake the nodes with no predecessors (on approval)."""
-    nodes = current_nodes(request, lock=True)
+def start_roots(
+    request: MovementRequest, *, actor: Actor, nodes: list[MovementRequestNode] | None = None
+) -> None:
+    """Wake the nodes with no predecessors (on approval); ``nodes``: the request's current
+    nodes, when the caller holds them locked already."""
+    if nodes is None:
+        nodes = current_nodes(request, lock=True)
     preds = plan_graph(request).predecessors
     roots = [node.node_key for node in nodes if not preds.get(node.node_key)]
     _advance(request, roots, nodes, actor, {"cause": "approved"})

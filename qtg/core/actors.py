@@ -8,10 +8,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import models
+from qtg.core.choices import LabelledChoices
 
 
-class ActorType(models.TextChoices):
+class ActorType(LabelledChoices):
     USER = "user", "User"
     SYSTEM = "system", "System"
 

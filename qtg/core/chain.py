@@ -22,14 +22,18 @@ that added the columns, never by the application: PostgreSQL refuses such an ins
 check constraint refuses a keyed row without a link). Legacy rows may only open a stream.
 
 Writing costs one HMAC per row and, per batch of rows, one query for the heads of their
-streams (no query per row).
+streams (no query per row). A caller that read the heads itself, under the lock that orders
+those streams, says so with ``heads_known``: within it the rows of those streams are linked
+after the heads given, then after the rows linked within it, with no query at all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -38,8 +42,9 @@ from uuid import UUID
 
 from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Max, Q
+from django.db.transaction import TransactionManagementError
 
 from qtg.core.audit_keys import LEGACY, audit_key
 
@@ -142,23 +147,81 @@ def link_message(row: ChainedModel, previous: str) -> bytes:
     return f"{row._meta.label_lower}|{stream_of(row)}|{previous}|{digest}".encode()
 
 
+# (model, str(stream)) -> (head, marker): the heads ``heads_known`` was given or that
+# ``chain_rows`` linked within it. A marker is a commit hook registered when its rows were
+# linked: while the connection still holds it, those rows are part of the transaction (rolling
+# back a savepoint drops the hooks registered inside it, with the rows). None: a row read from
+# the database, committed, which nothing this transaction does can take back.
+_KNOWN_HEADS: ContextVar[dict[tuple[type, str], tuple[str, Any]] | None] = ContextVar(
+    "qtg_chain_heads_known", default=None
+)
+
+
+class _Linked:
+    """A commit hook that does nothing: its presence says its rows are still written."""
+
+    def __call__(self) -> None:
+        return None
+
+
+@contextmanager
+def heads_known(heads: Mapping[type, Mapping[Any, str]]) -> Iterator[None]:
+    """Within the block, ``chain_rows`` links the rows of each ``{model: {stream: head}}``
+    given after that head, then after the rows it linked itself within the block, without
+    reading them. For a caller inside a transaction that read the heads itself while holding
+    the lock that orders the streams (the movement's row lock), or that knows a stream is new
+    (``GENESIS``). A head linked inside a savepoint that was rolled back is read again."""
+    if not transaction.get_connection().in_atomic_block:
+        raise TransactionManagementError("heads_known() needs an open transaction")
+    known = dict(_KNOWN_HEADS.get() or {})
+    for model, streams in heads.items():
+        for stream, head in streams.items():
+            known[(model, str(stream))] = (head, None)
+    token = _KNOWN_HEADS.set(known)
+    try:
+        yield
+    finally:
+        _KNOWN_HEADS.reset(token)
+
+
+def _still_written(marker: Any) -> bool:
+    if marker is None:
+        return True
+    return any(hook is marker for _, hook, _ in transaction.get_connection().run_on_commit)
+
+
 def chain_rows(rows: Sequence[ChainedModel]) -> None:
     """Link each unsaved row after the newest row of its stream (written before, or earlier
-    in ``rows``). One query per model for the whole list."""
+    in ``rows``). One query per model for the whole list, none for the streams whose heads
+    are known (``heads_known``)."""
     if not rows:
         return
     key = audit_key()
+    known = _KNOWN_HEADS.get()
     by_model: dict[type, list[ChainedModel]] = {}
     for row in rows:
         by_model.setdefault(type(row), []).append(row)
     for model, group in by_model.items():
-        heads = _heads(model, {getattr(row, model.chain_stream) for row in group})
+        streams = {getattr(row, model.chain_stream) for row in group}
+        heads: dict = {}
+        for stream in streams:
+            entry = known.get((model, str(stream))) if known else None
+            if entry is not None and _still_written(entry[1]):
+                heads[stream] = entry[0]
+        if missing := streams - set(heads):
+            heads.update(_heads(model, missing))
         for row in group:
             stream = getattr(row, model.chain_stream)
             row.chain_prev = heads.get(stream, GENESIS)
             row.chain_key = key.key_id
             row.chain_hash = key.sign(link_message(row, row.chain_prev))
             heads[stream] = row.chain_hash
+        if known:
+            marker = _Linked()
+            transaction.on_commit(marker)
+            for stream in streams:
+                if (model, str(stream)) in known:
+                    known[(model, str(stream))] = (heads[stream], marker)
 
 
 def _heads(model: type[ChainedModel], streams: set) -> dict:

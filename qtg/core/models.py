@@ -48,34 +48,37 @@ class AuditEventModel(AppendOnlyModel):
         abstract = True
 
 
-def reviewed_model(related_prefix: str) -> type[models.Model]:
-    """The abstract base of a reviewed row: proposed by one person, decided (activated,
-    approved, rejected, removed) by another — the four-eyes block the approval policies and
-    the address book share. ``related_prefix`` names the user's reverse relations
-    (``<prefix>_proposed``, ``<prefix>_decided``), as each table has always had them."""
+def reviewed_model(
+    related_prefix: str, *, decision: str = "decided", proposer_required: bool = False
+) -> type[models.Model]:
+    """The abstract base of a reviewed row: proposed by one person, decided by another — the
+    four-eyes block the approval policies and the address book (``<decision>`` "decided":
+    activated, approved, rejected, removed) and the override proposals ("confirmed", by a
+    second supervisor; their proposer is always a person) share. ``related_prefix`` names the
+    user's reverse relations (``<prefix>_proposed``, ``<prefix>_<decision>``), as each table
+    has always had them."""
 
-    class ReviewedModel(models.Model):
-        proposed_by = models.ForeignKey(
-            settings.AUTH_USER_MODEL,
-            null=True,
-            blank=True,
+    user = settings.AUTH_USER_MODEL
+    fields = {
+        "proposed_by": models.ForeignKey(
+            user,
+            null=not proposer_required,
+            blank=not proposer_required,
             on_delete=models.PROTECT,
             related_name=f"{related_prefix}_proposed",
-        )
-        proposed_at = models.DateTimeField(default=timezone.now)
-        decided_by = models.ForeignKey(
-            settings.AUTH_USER_MODEL,
+        ),
+        "proposed_at": models.DateTimeField(default=timezone.now),
+        f"{decision}_by": models.ForeignKey(
+            user,
             null=True,
             blank=True,
             on_delete=models.PROTECT,
-            related_name=f"{related_prefix}_decided",
-        )
-        decided_at = models.DateTimeField(null=True, blank=True)
-
-        class Meta:
-            abstract = True
-
-    return ReviewedModel
+            related_name=f"{related_prefix}_{decision}",
+        ),
+        f"{decision}_at": models.DateTimeField(null=True, blank=True),
+    }
+    meta = type("Meta", (), {"abstract": True})
+    return type("ReviewedModel", (models.Model,), {"__module__": __name__, "Meta": meta, **fields})
 
 
 def _label(model: type[models.Model]) -> str:

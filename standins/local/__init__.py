@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
+from qtg.core.assets import provide_asset_decimals
 from qtg.core.venues import provide_venues
 from venues import conf
 from venues.apps import installed_adapters
@@ -58,6 +59,7 @@ def start_standins(env: dict[str, str]) -> list[Popen[Any]]:
         if env.get(variable):
             os.environ[variable] = env[variable]
     provide_venues(conf.account_names(), details=conf.account_details())
+    provide_asset_decimals(conf.asset_decimals())
     return started
 
 

@@ -1,10 +1,14 @@
 """The operator console in a real headless Chromium (Debian's chromium, driven by Playwright).
 
-Screenshots go to artifacts/ and their paths are printed, for CI to keep.
+Screenshots go to ``QTG_SCREENSHOTS_DIR`` (default ``artifacts/``, kept by CI) and their
+paths are printed; ``make screenshots`` writes those of the main screens (home, list, a
+MANUAL_INTERVENTION movement, override proposals) to ``docs/screenshots/``, the copies the
+README shows.
 """
 
 import os
 import shutil
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,8 @@ from movements.models import MovementRequest, OverrideAction
 from movements.permissions import SUPERVISORS
 from movements.services.overrides import override_propose
 from movements.states import NodeState, RequestState
+from ops import gauges
+from qtg.core import money
 from qtg.core.actors import Actor
 from tests.admin.conftest import TO_COMPLETED, drive, staff_user
 
@@ -24,7 +30,7 @@ except ImportError:  # the browser test is optional where playwright is not inst
     sync_playwright = None
 
 CHROMIUM = os.environ.get("QTG_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(settings.BASE_DIR) / "artifacts"
+ARTIFACTS = Path(os.environ.get("QTG_SCREENSHOTS_DIR") or Path(settings.BASE_DIR) / "artifacts")
 
 pytestmark = [
     pytest.mark.browser,
@@ -45,7 +51,7 @@ def browser_page(monkeypatch):
     # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
     # between browser steps are still plain synchronous calls.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
@@ -275,7 +281,7 @@ def test_the_home_shows_my_queue_and_money_and_updates_in_place(
     expect(queue.locator(f"tr[data-kind=proposal][data-pk='{proposal.pk}']")).to_be_visible()
     expect(queue.locator(f"tr[data-kind=movement][data-pk='{stuck.pk}']")).to_be_visible()
     money = page.locator("#qtg-money tr[data-asset=USDC][data-venue=sandbox-exchange-a] td.num")
-    expect(money).to_have_text(["2,500", "—", "—", "640"])
+    expect(money).to_have_text(["2,500.000000", "—", "—", "640.000000"])
     expect(page.locator("#qtg-chart-settled")).to_be_visible()
     screenshot(page, "home")
 
@@ -285,7 +291,7 @@ def test_the_home_shows_my_queue_and_money_and_updates_in_place(
 
     # then it appears in the queue and in the money without the page reloading
     expect(queue.locator(f"tr[data-pk='{fresh.pk}']")).to_be_visible(timeout=25_000)
-    expect(money).to_have_text(["2,575.25", "—", "—", "640"])
+    expect(money).to_have_text(["2,575.250000", "—", "—", "640.000000"])
     assert page.evaluate("window.qtgStillThisPage") is True
     screenshot(page, "home-updated")
 
@@ -349,3 +355,102 @@ def test_needs_me_updates_in_place_and_keeps_the_operators_ticks(
         " return r.scrollWidth - r.clientWidth; })()"
     )
     assert overflow <= 0, f"the list is {overflow} px wider than its box"
+
+
+# The movement page of a MANUAL_INTERVENTION with its history fits in this many pixels at
+# 1400 px wide (it was about 6,600 px with the fieldsets and the raw evidence).
+COMPACT_PAGE_PX = 2600
+
+
+@pytest.fixture
+def floor(supervisor, op, make_movement, executing, intervention_failed, settings):
+    """A working day: movements awaiting approval, running, settled, one in
+    MANUAL_INTERVENTION with another supervisor's proposal to force-fail it."""
+    settings.QTG_TWO_PERSON_OVERRIDES = True
+    make_movement(amount="2500.00")
+    make_movement(amount="1250000.00", destination="sandbox-exchange-c")
+    running = executing(amount="40.50")
+    drive(running, "withdraw", "PREPARING", "SUBMITTING")
+    done = make_movement(approve=True, amount="730.125")
+    drive(done, "withdraw", *TO_COMPLETED)
+    drive(done, "withdraw_observe", "OBSERVING", "COMPLETED")
+    drive(done, "deposit_observe", "OBSERVING", "COMPLETED")
+    stuck = intervention_failed(amount="640.00")
+    proposal = override_propose(
+        request=stuck,
+        action=OverrideAction.FORCE_FAIL,
+        actor=Actor.for_user(staff_user("sue", SUPERVISORS)),
+        reason="the exchange returned the withdrawal",
+    )
+    gauges.refresh()  # the home's money-in-transit series, as the scheduled refresh does
+    return {"stuck": stuck, "proposal": proposal, "done": done}
+
+
+def test_the_main_screens_render_and_are_saved(browser_page, live_server, floor):
+    page = browser_page
+    log_in(page, live_server, "sam")
+
+    # the home: my queue, money by venue, the charts
+    page.goto(f"{live_server.url}/admin/")
+    page.locator("#qtg-chart-settled").wait_for()
+    page.locator("#qtg-chart-transit").wait_for()
+    screenshot(page, "screen-home")
+
+    # the list
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/")
+    page.locator("#result_list").wait_for()
+    assert page.locator("#result_list tbody tr").count() == MovementRequest.objects.count()
+    screenshot(page, "screen-list")
+
+    # the proposals
+    page.goto(f"{live_server.url}/admin/movements/overrideproposal/")
+    page.locator("a[data-confirm]").wait_for()
+    screenshot(page, "screen-proposals")
+
+
+def test_a_manual_intervention_page_is_compact_and_its_events_can_be_searched(
+    browser_page, live_server, floor
+):
+    stuck = floor["stuck"]
+    page = browser_page
+    log_in(page, live_server, "sam")
+
+    # when the supervisor opens the movement in MANUAL_INTERVENTION
+    page.goto(f"{live_server.url}/admin/movements/movementrequest/{stuck.pk}/change/")
+    header = page.locator("#qtg-header")
+    header.wait_for()
+    height = page.evaluate("document.documentElement.scrollHeight")
+    print(f"movement page height: {height} px at 1400 px wide")
+    screenshot(page, "screen-manual-intervention")
+
+    # then the header says it once: the state, the amount with its decimals, the reason,
+    # the reservation and who may act next
+    text = header.inner_text()
+    assert "MANUAL_INTERVENTION" in text
+    assert f"{money.display_amount(Decimal('640'), 'USDC')} USDC" in text
+    assert "withdraw_observe" in page.locator("#qtg-reason").inner_text()
+    assert "HELD" in page.locator("#qtg-reservation").inner_text()
+    assert "supervisors" in page.locator("#qtg-next").inner_text()
+    assert page.locator("#qtg-approval-window").count() == 0
+    # the page is short: no fieldsets repeating the header, evidence folded
+    assert page.locator("fieldset.module.aligned").count() == 0
+    assert height < COMPACT_PAGE_PX, f"the page is {height} px tall"
+    assert not page.locator("#events-group pre.qtg-evidence").first.is_visible()
+
+    # and when the supervisor searches the events for the failing observation
+    events = page.locator("#events-group tbody tr.has_original")
+    total = sum(row.is_visible() for row in events.all())
+    page.fill("#qtg-event-filter", "OBSERVING → FAILED")
+    visible = [row for row in events.all() if row.is_visible()]
+    assert 1 <= len(visible) < total
+    assert all("FAILED" in row.inner_text() for row in visible)
+
+    # and a search reaches into the folded evidence, which opens where it is needed
+    page.fill("#qtg-event-filter", "the exchange returned")
+    visible = [row for row in events.all() if row.is_visible()]
+    assert len(visible) == 1 and "user:sue" in visible[0].inner_text()
+    visible[0].locator("details summary").click()
+    assert visible[0].locator("pre.qtg-evidence").is_visible()
+    page.fill("#qtg-event-filter", "")
+    assert sum(row.is_visible() for row in events.all()) == total
+    assert page.locator("#qtg-event-count").inner_text() == f"{total} of {total} events"

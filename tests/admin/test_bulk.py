@@ -34,9 +34,12 @@ def test_bulk_approve_shows_the_total_per_asset_and_what_will_be_skipped(
 
     # then a confirmation page shows the totals of what can be approved, and what cannot
     assert response.status_code == 200
-    assert response.context["totals"] == [("ETH", "1.25"), ("USDC", "1,250.5")]
+    assert response.context["totals"] == [
+        ("ETH", "1.250000000000000000"),
+        ("USDC", "1,250.500000"),
+    ]
     html = response.content.decode()
-    assert 'data-asset="USDC">1,250.5<' in html
+    assert 'data-asset="USDC">1,250.500000<' in html
     assert "four-eyes: you created it" in html
     assert "it is EXECUTING" in html
     assert 'name="post" value="yes"' in html

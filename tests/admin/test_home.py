@@ -1,10 +1,13 @@
 """The console's home page: my queue, money by asset and venue, what is UNKNOWN or stuck,
 failing webhooks; each figure checked against the database, read here another way."""
 
+import json
 import re
+import threading
 from datetime import timedelta
 from decimal import Decimal
 from html import unescape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.urls import reverse
@@ -25,10 +28,13 @@ from movements.selectors import current_nodes
 from movements.services.attention import detect_stuck_nodes
 from movements.services.overrides import override_propose
 from movements.states import NodeState, RequestState
+from ops import gauges
+from ops.models import GaugeSnapshot
 from qtg.core import money
 from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
 from tests.admin.conftest import TO_COMPLETED, drive, staff_user
+from venues.cex.models import CexClock
 
 HOME = "/admin/"
 
@@ -140,9 +146,14 @@ def test_money_is_split_by_where_it_is_and_matches_the_reservations(client, op, 
 
     for (asset, venue), amounts in expected.items():
         shown = money_cells(html, asset, venue)
-        assert shown == [money.format_amount(a, grouping=True) if a else "—" for a in amounts]
+        assert shown == [money.display_amount(a, asset) if a else "—" for a in amounts]
     # the figures of the floor, by hand: 2,500 awaiting, 40.5 running, 300 gone, 640 held
-    assert money_cells(html, "USDC", "sandbox-exchange-a") == ["2,500", "40.5", "300", "640"]
+    assert money_cells(html, "USDC", "sandbox-exchange-a") == [
+        "2,500.000000",
+        "40.500000",
+        "300.000000",
+        "640.000000",
+    ]
 
 
 def test_unknown_and_stuck_counts_match_the_nodes(client, op, floor, intervention_unknown):
@@ -209,3 +220,160 @@ def test_a_stuck_movement_counts_as_stuck_by_reason_and_as_waiting_for_a_person(
     assert re.search(rf'id="qtg-needs-someone"><b><a [^>]*>{listed}</a>', html)
     # and a supervisor's queue has it (they may handle the attention)
     assert ("movement", str(movement.pk)) in queue_pks(html)
+
+
+def transit_bars(html: str, asset: str) -> list[tuple[str, Decimal]]:
+    chart = re.search(rf'<svg id="qtg-chart-transit-{asset}".*?</svg>', html, re.S)
+    assert chart, f"no money-in-transit chart for {asset}"
+    return [
+        (hour, Decimal(n))
+        for hour, n in re.findall(r'data-hour="([^"]+)" data-n="([^"]+)"', chart.group(0))
+    ]
+
+
+def left_and_arrived(movement: MovementRequest):
+    """When the movement's money left (its first side-effect node to complete) and when it
+    arrived (it finished), read row by row."""
+    completed = [
+        node.state_changed_at
+        for node in movement.nodes.all()
+        if node.has_side_effect and node.node_state == NodeState.COMPLETED
+    ]
+    finished = movement.request_state in ("COMPLETED", "FAILED", "CANCELLED", "REJECTED")
+    return (min(completed) if completed else None), (
+        movement.state_changed_at if finished else None
+    )
+
+
+def test_money_in_transit_over_the_day_matches_the_movements(client, op, floor, make_movement):
+    # given, beside the floor, a movement whose money left 5 hours ago and arrived 2 hours ago
+    done = make_movement(approve=True, amount="125.5")
+    drive(done, "withdraw", *TO_COMPLETED)
+    drive(done, "withdraw_observe", "OBSERVING", "COMPLETED")
+    drive(done, "deposit_observe", "OBSERVING", "COMPLETED")
+    now = timezone.now()
+    MovementRequestNode.objects.filter(request=done, node_key="withdraw").update(
+        state_changed_at=now - timedelta(hours=5)
+    )
+    MovementRequest.objects.filter(pk=done.pk).update(state_changed_at=now - timedelta(hours=2))
+
+    gauges.refresh()  # the scheduled refresh computes the series; the page reads them
+    html = home_html(client, op)
+    bars = transit_bars(html, "USDC")
+    now = GaugeSnapshot.objects.get(name="current").computed_at
+
+    # then each hour's bar is the money that had left and not arrived at its end
+    assert len(bars) == 24
+    movements = [MovementRequest.objects.get(pk=m.pk) for m in (*floor.values(), done)]
+    spans = [(m.amount, *left_and_arrived(m)) for m in movements]
+    for i, (_, shown) in enumerate(bars):
+        hour_end = min(
+            now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=22 - i), now
+        )
+        expected = sum(
+            (
+                amount
+                for amount, left, arrived in spans
+                if left is not None and left <= hour_end and (arrived is None or arrived > hour_end)
+            ),
+            Decimal(0),
+        )
+        assert shown == expected, (i, shown, expected)
+    # by hand: now 300 (the gate's withdrawal) + 640 (the intervention) are out; 5 hours
+    # ago the finished one was out too
+    assert bars[-1][1] == Decimal("940")
+    assert bars[-4][1] == Decimal("125.5")
+    assert "940.000000" in html  # the peak, written with the asset's decimals
+
+
+class RpcAndIris(BaseHTTPRequestHandler):
+    """Answers JSON-RPC's eth_blockNumber with the head set per port, and Iris's root with
+    a 404 (it serves /v2/... only)."""
+
+    heads: dict[int, int] = {}
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        head = self.heads[self.server.server_address[1]]
+        answer = {"jsonrpc": "2.0", "id": body["id"], "result": hex(head)}
+        self._send(200, json.dumps(answer).encode())
+
+    def do_GET(self):
+        self._send(404, b'{"message": "Not Found"}')
+
+    def _send(self, status: int, payload: bytes):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def venues_up(settings, tmp_path, monkeypatch):
+    """Two RPC endpoints of one chain (heads 1000 and 996), a third that refuses, and an
+    Iris: real HTTP servers on free ports."""
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), RpcAndIris) for _ in range(2)]
+    RpcAndIris.heads = {
+        servers[0].server_address[1]: 1000,
+        servers[1].server_address[1]: 996,
+    }
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{s.server_address[1]}/" for s in servers]
+    monkeypatch.setenv("QTG_TEST_RPC_A", urls[0])
+    monkeypatch.setenv("QTG_TEST_RPC_B", urls[1])
+    monkeypatch.setenv("QTG_TEST_RPC_C", "http://127.0.0.1:1/")
+    monkeypatch.setenv("QTG_TEST_IRIS", urls[0])
+    chains = tmp_path / "chains.yaml"
+    chains.write_text(
+        "version: 1\niris_url_env: QTG_TEST_IRIS\nchains:\n  devnet:\n    kind: evm\n"
+        "    chain_id: 31337\n    rpc_url_env: QTG_TEST_RPC_A\n"
+        "    rpc_endpoints: [QTG_TEST_RPC_B, QTG_TEST_RPC_C]\n    max_head_lag_blocks: 3\n"
+    )
+    settings.QTG_CHAINS_CONFIG = str(chains)
+    yield
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_venue_health_shows_what_the_probe_and_the_clocks_recorded(client, op, venues_up):
+    # given the scheduled refresh probed the venues, and an exchange account's clock was
+    # measured (one credential of another exchange is blocked)
+    gauges.refresh()
+    now = timezone.now()
+    CexClock.objects.create(
+        account="treasury-binance",
+        exchange="binance",
+        skew_ms=-412,
+        uncertainty_ms=35,
+        measured_at=now - timedelta(seconds=30),
+    )
+    CexClock.objects.create(
+        account="upbit-hot",
+        exchange="upbit",
+        skew_ms=80,
+        uncertainty_ms=10,
+        measured_at=now - timedelta(hours=2),
+    )
+
+    html = home_html(client, op)
+    venues = html[html.index('id="qtg-venues"') : html.index('id="qtg-charts-settled"')]
+
+    # then the chain's head is the highest endpoint's, its lag the slowest answering one's
+    stored = GaugeSnapshot.objects.get(name="current").values["venue_probe"]
+    chain = stored["chains"][0]
+    assert (chain["head"], chain["max_lag"], chain["answering"]) == (1000, 4, 2)
+    row = re.search(r'<tr data-chain="devnet" data-ok="(\d)">(.*?)</tr>', venues, re.S)
+    assert row and row.group(1) == "0"  # lagging past its limit and one endpoint down
+    assert 'data-head="1000"' in row.group(2) and 'data-lag="4"' in row.group(2)
+    assert "QTG_TEST_RPC_C: <span" in row.group(2) and "ConnectError" in row.group(2)
+    # the exchange accounts: skew as measured, reachable only when measured lately
+    assert re.search(r'data-account="treasury-binance" data-ok="1">.*?data-skew="-412"', venues)
+    assert re.search(r'data-account="upbit-hot" data-ok="0">.*?no answer for', venues, re.S)
+    # Iris answers (its root is a 404: an answer)
+    assert re.search(r'data-iris="QTG_TEST_IRIS" data-ok="1">.*?HTTP 404', venues, re.S)

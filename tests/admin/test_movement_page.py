@@ -7,7 +7,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from movements.models import MovementRequest, MovementRequestNode
+from movements.services import movement_reject
 from movements.states import RequestState
+from qtg.core.actors import Actor
 from tests.admin.conftest import TO_COMPLETED, drive
 from tests.admin.helpers import change_url, post_action
 
@@ -32,7 +34,7 @@ def test_the_header_shows_state_amount_approval_and_expiry(client, op, superviso
     html = page(client, movement)
 
     header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
-    assert "1,500.25 USDC" in header
+    assert "1,500.250000 USDC" in header
     assert "APPROVED" in header
     assert "by sam" in header  # approval info
     assert "by creator" in header
@@ -273,3 +275,86 @@ def test_a_chain_observer_shows_its_confirmations_out_of_the_required_number(
     graph = html[html.index('id="qtg-graph"') :]
     observer = graph[graph.index('data-node="withdraw_observe"') :]
     assert "3/12 confirmations" in observer[: observer.index("</g>")]
+
+
+def section_order(html: str, *ids: str) -> list[int]:
+    return [html.index(f'id="{name}"') for name in ids]
+
+
+def test_the_page_says_it_once_header_graph_nodes_then_events(client, supervisor, make_movement):
+    movement = make_movement(amount="1500.25", idempotency_key="client-key-7")
+    client.force_login(supervisor)
+
+    html = page(client, movement)
+
+    # the header, the plan, the nodes, then the events: no fieldsets repeating the header
+    positions = section_order(html, "qtg-header", "qtg-graph", "nodes-group", "events-group")
+    assert positions == sorted(positions)
+    assert '<fieldset class="module aligned' not in html
+    header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
+    # what the fieldsets held and the header did not: the key, the policy, the audit chain
+    assert "client-key-7" in header
+    assert "Audit chain" in header and "verified" in header
+    assert "cex_to_cex v1" in header
+
+
+def test_the_header_says_the_next_action_and_who_may_take_it(
+    client, op, supervisor, make_movement, intervention_failed
+):
+    pending = make_movement(amount="10")
+    stuck = intervention_failed(amount="20")
+    client.force_login(op)
+
+    waiting = page(client, pending)
+    nxt = waiting[waiting.index('id="qtg-next"') :]
+    nxt = nxt[: nxt.index("</dd>")]
+    assert "Approve" in nxt and "operators" in nxt and "supervisors" in nxt
+    assert "not creator" in nxt  # four-eyes
+    held = page(client, stuck)
+    nxt = held[held.index('id="qtg-next"') :]
+    nxt = nxt[: nxt.index("</dd>")]
+    assert "Force complete" in nxt and "supervisors" in nxt
+    assert "operators" not in nxt  # an operator holds none of the ways out
+
+
+def test_a_finished_movement_says_nothing_is_left_to_do(client, op, make_movement):
+    movement = make_movement(amount="10")
+    movement_reject(request=movement.pk, actor=Actor.system("tests"), reason="not today")
+    client.force_login(op)
+
+    html = page(client, movement)
+
+    nxt = html[html.index('id="qtg-next"') :]
+    assert "nothing: the movement is REJECTED" in nxt[: nxt.index("</dd>")]
+
+
+def test_event_evidence_is_folded_and_the_events_have_a_filter(
+    client, supervisor, intervention_unknown
+):
+    movement = intervention_unknown()
+    client.force_login(supervisor)
+
+    html = page(client, movement)
+
+    events = html[html.index('id="events-group"') :]
+    assert re.search(r'<details class="qtg-evidence-box"><summary>[^<]+</summary>\s*<pre', events)
+    assert '<pre class="qtg-evidence">' not in re.sub(
+        r"<details.*?</details>", "", events, flags=re.S
+    )
+    assert 'id="qtg-event-filter-script"' in html
+
+
+def test_a_force_completed_movement_shows_who_resolved_it_and_no_approval_window(
+    client, supervisor, intervention_failed
+):
+    movement = intervention_failed(amount="640")
+    client.force_login(supervisor)
+    post_action(client, movement, "force_complete", {"reason": "the desk saw it arrive"})
+
+    html = page(client, movement)
+
+    header = html[html.index('id="qtg-header"') : html.index('id="qtg-actions"')]
+    reason = header[header.index('id="qtg-reason"') :]
+    assert "resolved by force-complete by sam: the desk saw it arrive" in reason
+    assert "withdraw_observe" not in reason[: reason.index("</dd>")]
+    assert "Approval window" not in header

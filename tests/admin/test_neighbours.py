@@ -13,7 +13,7 @@ def test_the_header_shows_the_reservation_and_its_state(client, op, make_movemen
 
     reservation = html[html.index('id="qtg-reservation"') :]
     reservation = reservation[: reservation.index("</dd>")]
-    assert "<b>HELD</b>" in reservation and "300 USDC" in reservation
+    assert "<b>HELD</b>" in reservation and "300.000000 USDC" in reservation
 
 
 def test_the_page_lists_the_callback_deliveries_of_the_movement(

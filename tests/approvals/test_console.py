@@ -162,7 +162,7 @@ def test_confirming_an_override_has_its_own_page_with_the_proposal_and_its_evide
     assert 'name="action"' not in listing  # no one-click bulk confirm
     assert confirm_url(proposal) in listing
     assert "deposit seen on the exchange statement" in page
-    assert "640 USDC" in page and "by sup1" in page
+    assert "640.000000 USDC" in page and "by sup1" in page
     assert "COMPLETED" in page and "CONSUMED" in page
     assert 'name="reason"' in page
     proposal.request.refresh_from_db()

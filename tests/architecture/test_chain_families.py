@@ -51,3 +51,18 @@ def test_a_new_family_needs_no_kernel_change():
         assert chains.family_of_address("tc1abcdefghij") is family
     finally:
         chains._families.pop("testcoin")
+
+
+def test_the_shared_chain_transaction_table_holds_no_familys_own_fields():
+    """EVM's gas and fee fields, Solana's blockhash: each family's own fields are its detail
+    (``family_detail``, checked against its schema), never a column of the shared table; the
+    shared columns a family fills are the table's."""
+    from venues.models import ChainTransaction
+
+    columns = {field.name for field in ChainTransaction._meta.fields}
+    for family in chains.families().values():
+        own = {field.name for field in family.tx_detail}
+        assert own, f"{family.name} registers no chain-transaction fields of its own"
+        assert not own & columns, family.name
+        assert set(family.tx_fields) <= columns, family.name
+    assert not {"gas_limit", "max_fee_per_gas", "max_priority_fee_per_gas"} & columns

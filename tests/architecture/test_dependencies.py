@@ -15,9 +15,6 @@ APPS = ("movements", "reservations", "callbacks", "sandbox", "venues", "ops", "n
 # implementations). The sandbox, an app of demo venues that also seeds
 # the demo's movements, is above movements and may use its services.
 MOVEMENTS_INTERFACE = ("movements.public", "movements.ports", "movements.executors")
-# The former name of movements.public, for the two modules that still use it (other work is
-# changing them); the list only shrinks.
-FORMER_INTERFACE_USERS = {"venues/evm/tx/gaps.py", "venues/evm/watch.py"}
 
 
 def imports_of(package: str) -> list[tuple[str, int, str]]:
@@ -65,9 +62,23 @@ def test_reservations_and_callbacks_use_only_the_movements_interface(app):
         if top(i[2]) == "movements"
         and i[2] != "movements"
         and not i[2].startswith(MOVEMENTS_INTERFACE)
-        and not (i[0] in FORMER_INTERFACE_USERS and i[2].startswith("movements.interface"))
     ]
     assert offending == []
+
+
+def test_the_former_movements_interface_is_gone_for_good():
+    """``movements/interface.py`` was both the port movements needs and the facade it offers
+    (and so imported the API views lazily): it became ``ports`` and ``public``. Nothing may
+    bring it back, as a module or a package, nor import it."""
+    assert not (ROOT / "movements" / "interface.py").exists()
+    assert not (ROOT / "movements" / "interface").exists()
+    importers = [
+        i
+        for package in (*APPS, "access", "qtg", "standins", "tests")
+        for i in imports_of(package)
+        if i[2] == "movements.interface" or i[2].startswith("movements.interface.")
+    ]
+    assert importers == []
 
 
 def test_the_app_graph_has_no_cycle():

@@ -66,7 +66,12 @@ def test_the_api_load_counts_a_201_without_its_movement_as_an_error():
     results = {"creates": [0.01, 0.02], "replays": [0.005], "errors": [], "elapsed": 1.0}
 
     errors = api_load.report(
-        "one asset", 20, results, {"PENDING_APPROVAL": 3}, {"PENDING_APPROVAL": 4, "FAILED": 1}
+        "one asset",
+        20,
+        results,
+        {"PENDING_APPROVAL": 3},
+        {"PENDING_APPROVAL": 4, "FAILED": 1},
+        {},
     )
 
     assert errors == [
@@ -75,7 +80,17 @@ def test_the_api_load_counts_a_201_without_its_movement_as_an_error():
     ]
 
 
-@pytest.mark.parametrize("script", ["api_load", "throughput"])
+def test_the_approve_bench_refuses_approvals_that_did_not_reach_the_state_it_measures(
+    make_movement, operator
+):
+    approve = load("approve")
+    movement = make_movement()
+
+    with pytest.raises(approve.BenchCheckFailed, match="expected PENDING_APPROVAL"):
+        approve.approve_all([movement], operator.pk, "PENDING_APPROVAL")
+
+
+@pytest.mark.parametrize("script", ["api_load", "throughput", "approve"])
 def test_the_postgresql_benches_refuse_to_run_without_postgresql(script):
     done = run_script(script)
 

@@ -215,6 +215,7 @@ def test_a_chain_transaction_event_names_its_worker_and_its_edited_evidence_is_n
             nonce=0,
             unsigned={"to": "0x" + "cd" * 20, "value": 1},
             actor=Actor.system("venues.evm"),
+            family="evm",
             evidence={"block_hash": "0xabc"},
         )
     event = ChainTransactionEvent.objects.get(chain_transaction=tx)
@@ -624,6 +625,7 @@ def test_a_chain_transaction_event_written_outside_a_venue_call_names_its_proces
         nonce=0,
         unsigned={"to": "0x" + "cd" * 20, "value": 1},
         actor=Actor.system("venues.evm.watch"),
+        family="evm",
     )
 
     event = ChainTransactionEvent.objects.get(chain_transaction=tx)

@@ -394,3 +394,20 @@ def test_a_fast_attestation_outlives_a_reorg_that_removes_the_burn(
     status, body = get_messages(iris, tx_hash)
     assert status == 200
     assert body["messages"][0]["message"] == attested["message"]
+
+
+def test_a_slow_attester_signs_a_fast_burn_only_after_the_confirmations_fault(
+    cctp, cctp_v2, chain_a, chain_b, iris
+):
+    receipt, tx_hash = burn(
+        cctp, cctp_v2, chain_a, chain_b, 10 * USDC, max_fee=5_000, threshold=1000
+    )
+    mine_until(chain_a, "safe", receipt["blockNumber"])  # Circle's attester would sign now
+    confirmations = chain_a.block_number() - receipt["blockNumber"] + 1
+    iris.set_faults(confirmations=confirmations + 5)
+
+    _, body = get_messages(iris, tx_hash)
+    assert body["messages"][0]["status"] == "pending_confirmations"
+    chain_a.mine(5)
+    _, body = get_messages(iris, tx_hash)
+    assert body["messages"][0]["status"] == "complete"

@@ -30,7 +30,13 @@ S = TxState
 
 def new_tx(**kwargs):
     return chain_transaction_create(
-        chain="devchain", sender="0xabc", nonce=7, unsigned={"to": "0xdef"}, actor=ACTOR, **kwargs
+        chain="devchain",
+        sender="0xabc",
+        nonce=7,
+        unsigned={"to": "0xdef"},
+        actor=ACTOR,
+        family="evm",
+        **kwargs,
     )
 
 

@@ -71,7 +71,12 @@ def _lookback(value: Any, where: str) -> int:
 
 
 def cctp_chains() -> dict[str, CctpChain]:
-    """Every configured chain with a ``cctp`` block, by chain name."""
+    """Every configured chain with a ``cctp`` block, by chain name (parsed once per version
+    of the file)."""
+    return conf.parsed("chains", "cctp", _parse_cctp_chains)
+
+
+def _parse_cctp_chains() -> dict[str, CctpChain]:
     found: dict[str, CctpChain] = {}
     for name, entry in conf.section("chains", "chains").items():
         block = (entry or {}).get("cctp")

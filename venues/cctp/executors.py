@@ -19,12 +19,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from eth_abi import encode as abi_encode
-from eth_utils import keccak
 
 from movements.executors.base import (
     DeterministicError,
@@ -41,6 +42,7 @@ from movements.executors.base import (
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
 from venues.cctp.allowance import ensure_allowance, settle_allowances
+from venues.cctp.calls import DEPOSIT_FOR_BURN, RECEIVE_MESSAGE
 from venues.cctp.config import USDC_DECIMALS, CctpChain, cctp_chain, iris_url, to_units
 from venues.cctp.iris import IrisClient, IrisMessage
 from venues.cctp.message import Message, address_to_bytes32
@@ -82,18 +84,18 @@ def _usdc(units: int) -> str:
     return format(Decimal(units).scaleb(-USDC_DECIMALS).normalize(), "f")
 
 
-def check_burn_facts(source: EvmChain, cctp: CctpChain, units: int) -> None:
+def check_burn_facts(source: EvmChain, usdc: str, messenger: str, units: int) -> None:
     """Read from the source chain before a burn is planned or sent: USDC's ``decimals()``
     (CCTP amounts are 6-decimal) and the TokenMinter's per-message burn limit, which the
     amount may not pass (the burn would revert at its gas estimate, after the allowance)."""
     w3 = client.web3_for(source)
-    found = facts.token_decimals(w3, cctp.usdc)
+    found = facts.token_decimals(w3, usdc)
     if found != USDC_DECIMALS:
         raise DeterministicError(
-            f"USDC on {source.name}: the token contract {cctp.usdc} has {found} decimals, "
+            f"USDC on {source.name}: the token contract {usdc} has {found} decimals, "
             f"CCTP moves {USDC_DECIMALS}-decimal USDC; refused"
         )
-    limit = facts.burn_limit(w3, cctp.token_messenger, cctp.usdc)
+    limit = facts.burn_limit(w3, messenger, usdc)
     if units > limit:
         raise DeterministicError(
             f"{_usdc(units)} USDC is above the per-message burn limit "
@@ -186,9 +188,6 @@ class CctpAttestationObserve(Executor):
 
 # --- on-chain actions -------------------------------------------------------------------------
 
-DEPOSIT_FOR_BURN = keccak(text="depositForBurn(uint256,uint32,bytes32,address)")[:4]
-RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
-
 
 def _evm(name: str) -> EvmChain:
     try:
@@ -215,38 +214,86 @@ def _address(chain: EvmChain, name_or_address: str) -> str:
         raise DeterministicError(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class CctpContracts:
+    """Which of a chain's CCTP contracts the burn and the mint call (V1's or V2's): the
+    deployment's lookup and the names of its messenger and transmitter fields."""
+
+    deployment: Callable[[str], CctpChain]
+    messenger_field: str
+    transmitter_field: str
+
+    def messenger(self, cctp: CctpChain) -> str:
+        return getattr(cctp, self.messenger_field)
+
+    def transmitter(self, cctp: CctpChain) -> str:
+        return getattr(cctp, self.transmitter_field)
+
+
+V1_CONTRACTS = CctpContracts(_chain, "token_messenger", "message_transmitter")
+
+
 @register("cctp_burn", provider=PROVIDER)
 class CctpBurn(ChainAction):
     needs_upstream = False
+    contracts = V1_CONTRACTS
 
     def validate(self, spec: NodeSpec) -> None:
         validate_amount(spec)
         source = _evm(str(spec.config.get("chain") or ""))
-        _chain(source.name)
         destination = _evm(str(spec.config.get("destination_chain") or ""))
-        _chain(destination.name)
+        source_cctp = self.contracts.deployment(source.name)
+        destination_cctp = self.contracts.deployment(destination.name)
         _account(source, str(spec.config.get("from") or spec.source))
         _address(destination, str(spec.config.get("to") or spec.destination))
-        # A chain that does not answer now is checked again before anything is sent.
+        units = to_units(spec.amount)
+        self.validate_terms(spec.config)
+        # A chain (or an Iris) that does not answer now is asked again before anything is sent.
+        messenger = self.contracts.messenger(source_cctp)
         with suppress(TransientError):
-            check_burn_facts(source, _chain(source.name), to_units(spec.amount))
+            check_burn_facts(source, source_cctp.usdc, messenger, units)
+        with suppress(TransientError):
+            self.quote(source_cctp, destination_cctp, spec.config, units)
+
+    def validate_terms(self, config: dict[str, Any]) -> None:
+        """The burn's own terms in the node's config (V1 has none)."""
+
+    def quote(
+        self, source: CctpChain, destination: CctpChain, config: dict[str, Any], units: int
+    ) -> dict[str, Any]:
+        """What the burn will cost, refused when it is more than the node allows (V1: free)."""
+        return {}
+
+    def deposit_for_burn(
+        self, ctx: ExecutionContext, *, units: int, domain: int, mint_recipient: bytes, usdc: str
+    ) -> bytes:
+        """The calldata of the burn: V1 ``depositForBurn(amount, destinationDomain,
+        mintRecipient, burnToken)``."""
+        return DEPOSIT_FOR_BURN + abi_encode(
+            ["uint256", "uint32", "bytes32", "address"], [units, domain, mint_recipient, usdc]
+        )
 
     def call(self, ctx: ExecutionContext) -> ContractCall:
+        """The burn on the source chain, V1 or V2 alike: only the calldata and the messenger
+        differ (:meth:`deposit_for_burn`, ``contracts``)."""
         source = _evm(str(ctx.config.get("chain") or ""))
-        cctp = _chain(source.name)
+        cctp = self.contracts.deployment(source.name)
         destination = _evm(str(ctx.config.get("destination_chain") or ""))
         account, sender = _account(source, str(ctx.config.get("from") or ctx.source))
         recipient = _address(destination, str(ctx.config.get("to") or ctx.destination))
         units = to_units(ctx.amount)
-        data = DEPOSIT_FOR_BURN + abi_encode(
-            ["uint256", "uint32", "bytes32", "address"],
-            [units, _chain(destination.name).domain, address_to_bytes32(recipient), cctp.usdc],
+        data = self.deposit_for_burn(
+            ctx,
+            units=units,
+            domain=self.contracts.deployment(destination.name).domain,
+            mint_recipient=address_to_bytes32(recipient),
+            usdc=cctp.usdc,
         )
         return ContractCall(
             chain=source,
             sender=sender,
             account_name=account,
-            recipient=cctp.token_messenger,
+            recipient=self.contracts.messenger(cctp),
             symbol="USDC",
             units=units,
             token=cctp.usdc,
@@ -254,11 +301,13 @@ class CctpBurn(ChainAction):
         )
 
     def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
-        cctp = _chain(call.chain.name)
-        check_burn_facts(call.chain, cctp, call.units)
-        return ensure_allowance(
-            ctx, call, usdc=cctp.usdc, spender=cctp.token_messenger, units=call.units
-        )
+        cctp = self.contracts.deployment(call.chain.name)
+        destination = self.contracts.deployment(str(ctx.config.get("destination_chain") or ""))
+        messenger = self.contracts.messenger(cctp)
+        check_burn_facts(call.chain, cctp.usdc, messenger, call.units)
+        quote = self.quote(cctp, destination, ctx.config, call.units)
+        allowance = ensure_allowance(ctx, call, usdc=cctp.usdc, spender=messenger, units=call.units)
+        return {**allowance, **quote}
 
     def before_look(self, ctx: ExecutionContext, call: ContractCall) -> None:
         settle_allowances(call.chain, call.sender, call.token)
@@ -293,16 +342,24 @@ class CctpMint(ChainAction):
             )
         return _account(chain, name)
 
+    contracts = V1_CONTRACTS
+    attestation_executor = "cctp_attestation_observe"
+
     def _attested(self, ctx: ExecutionContext) -> tuple[bytes, bytes]:
-        result = _upstream(ctx, executor="cctp_attestation_observe").result
+        result = _upstream(ctx, executor=self.attestation_executor).result
         message, attestation = result.get("message"), result.get("attestation")
         if not message or not attestation:
             raise DeterministicError("no attestation for the burn")
         return bytes.fromhex(message[2:]), bytes.fromhex(attestation[2:])
 
+    def minted_units(self, ctx: ExecutionContext, message: bytes) -> int:
+        """What the mint pays the recipient (V1: the whole amount)."""
+        return to_units(ctx.amount)
+
     def call(self, ctx: ExecutionContext) -> ContractCall:
+        """``receiveMessage(message, attestation)``, V1 or V2 alike (``contracts``)."""
         chain = _evm(str(ctx.config.get("chain") or ""))
-        cctp = _chain(chain.name)
+        cctp = self.contracts.deployment(chain.name)
         account, sender = self._relayer(chain, ctx.config, ctx.source)
         message, attestation = self._attested(ctx)
         data = RECEIVE_MESSAGE + abi_encode(["bytes", "bytes"], [message, attestation])
@@ -310,10 +367,10 @@ class CctpMint(ChainAction):
             chain=chain,
             sender=sender,
             account_name=account,
-            recipient=cctp.message_transmitter,
+            recipient=self.contracts.transmitter(cctp),
             symbol="USDC",
-            units=to_units(ctx.amount),
-            token=cctp.message_transmitter,
+            units=self.minted_units(ctx, message),
+            token=self.contracts.transmitter(cctp),
             data="0x" + data.hex(),
         )
 

@@ -2,7 +2,10 @@
 chain-action machinery as V1 (``venues.cctp.executors``).
 
 - ``cctp_v2_burn``: TokenMessengerV2 ``depositForBurn(amount, destinationDomain, mintRecipient,
-  burnToken, destinationCaller, maxFee, minFinalityThreshold)``. At create (``validate``) the fee
+  burnToken, destinationCaller, maxFee, minFinalityThreshold)``, or ``depositForBurnWithHook``
+  (the same and ``hookData``) when the node has ``hook_data`` (0x-hex, at most
+  :data:`MAX_HOOK_DATA_BYTES`; anything else is refused at create as the caller's input, 400).
+  At create (``validate``) the fee
   is quoted from Iris (``GET /v2/burn/USDC/fees/{src}/{dst}``) for the node's finality threshold
   and a quote above the node's ``max_fee`` refuses the movement; the per-message burn limit is
   read from the chain. The amount burned (what leaves the source, what is reserved) is the
@@ -13,7 +16,7 @@ chain-action machinery as V1 (``venues.cctp.executors``).
 - ``cctp_v2_attestation_observe``: the attested V2 message checked byte for byte against the
   message the burn emitted (only the attester's fields may differ: nonce, finality executed,
   fee executed, expiration), and field by field: source domain and messenger, destination
-  domain and messenger, USDC, amount, recipient, the node's ``minFinalityThreshold``, a
+  domain and messenger, USDC, amount, recipient, hookData, the node's ``minFinalityThreshold``, a
   finality executed at least what the template asks, a fee at most ``max_fee``; only while the
   burn is in the source's canonical chain. A burn that a reorg removed holds the node (the burn's
   stored bytes re-broadcast by its track; the attester's nonce is derived from the burn, so the
@@ -28,6 +31,7 @@ chain-action machinery as V1 (``venues.cctp.executors``).
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import suppress
 from decimal import Decimal, InvalidOperation
@@ -45,22 +49,26 @@ from movements.executors.base import (
     NodeSpec,
     Observation,
     ObservedStatus,
+    ParamRefused,
     TransientError,
 )
 from movements.executors.registry import register
 from venues.cctp import chain as cctp_chain_io
+from venues.cctp.calls import (
+    BURN_ARGS_V2,
+    DEPOSIT_FOR_BURN_V2,
+    DEPOSIT_FOR_BURN_WITH_HOOK,
+)
 from venues.cctp.config import CctpChain, iris_url, to_units
 from venues.cctp.executors import (
     PROVIDER,
     CctpBurn,
+    CctpContracts,
     CctpMint,
-    _account,
-    _address,
     _chain,
     _evm,
     _upstream,
     _usdc,
-    check_burn_facts,
     validate_amount,
 )
 from venues.cctp.iris import IrisClient, IrisMessage, fee_units
@@ -76,10 +84,10 @@ from venues.evm import client
 from venues.evm.tx import ContractCall, Track, track, transaction_by_hash
 from venues.models import TxState
 
-DEPOSIT_FOR_BURN_V2 = keccak(
-    text="depositForBurn(uint256,uint32,bytes32,address,bytes32,uint256,uint32)"
-)[:4]
-RECEIVE_MESSAGE = keccak(text="receiveMessage(bytes,bytes)")[:4]
+# Circle sets no bound on hookData; QTG's is what a reviewed hook needs, and keeps the burn's
+# gas and the message (which the destination's hook executor reads) small.
+MAX_HOOK_DATA_BYTES = 1024
+_HOOK_HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})+$")
 MESSAGE_RECEIVED_V2_TOPIC = (
     "0x" + keccak(text="MessageReceived(address,uint32,bytes32,bytes32,uint32,bytes)").hex()
 )
@@ -126,6 +134,27 @@ def _max_fee_units(config: dict[str, Any]) -> int:
     return units
 
 
+def hook_data(config: dict[str, Any]) -> bytes:
+    """The node's ``hook_data`` (the request's param): bytes carried in the burn message for the
+    destination's hook executor, empty for a burn without a hook."""
+    raw = config.get("hook_data")
+    if raw in (None, ""):
+        return b""
+    if not isinstance(raw, str) or not _HOOK_HEX.match(raw):
+        raise ParamRefused(
+            "hook_data must be bytes written as 0x followed by an even number of hex digits "
+            f"(at least one byte), not {str(raw)[:40]!r}",
+            param="hook_data",
+        )
+    data = bytes.fromhex(raw[2:])
+    if len(data) > MAX_HOOK_DATA_BYTES:
+        raise ParamRefused(
+            f"hook_data is {len(data)} bytes; at most {MAX_HOOK_DATA_BYTES} are carried",
+            param="hook_data",
+        )
+    return data
+
+
 def _iris() -> IrisClient:
     return IrisClient(iris_url(), shared_bucket=True)
 
@@ -167,67 +196,44 @@ def check_fee(source: CctpChain, destination: CctpChain, config: dict[str, Any],
     }
 
 
+V2_CONTRACTS = CctpContracts(_v2, "token_messenger_v2", "message_transmitter_v2")
+
+
 @register("cctp_v2_burn", provider=PROVIDER)
 class CctpV2Burn(CctpBurn):
     needs_upstream = False
+    contracts = V2_CONTRACTS
 
-    def validate(self, spec: NodeSpec) -> None:
-        validate_amount(spec)
-        source = _evm(str(spec.config.get("chain") or ""))
-        destination = _evm(str(spec.config.get("destination_chain") or ""))
-        source_cctp, destination_cctp = _v2(source.name), _v2(destination.name)
-        _account(source, str(spec.config.get("from") or spec.source))
-        _address(destination, str(spec.config.get("to") or spec.destination))
-        units = to_units(spec.amount)
-        _threshold(spec.config)
-        _max_fee_units(spec.config)
-        # A chain or an Iris that does not answer now is asked again before anything is sent.
-        with suppress(TransientError):
-            check_burn_facts(source, _burn_facts_chain(source_cctp), units)
-        with suppress(TransientError):
-            check_fee(source_cctp, destination_cctp, spec.config, units)
+    def validate_terms(self, config: dict[str, Any]) -> None:
+        _threshold(config)
+        _max_fee_units(config)
+        hook_data(config)
 
-    def call(self, ctx: ExecutionContext) -> ContractCall:
-        source = _evm(str(ctx.config.get("chain") or ""))
-        cctp = _v2(source.name)
-        destination = _evm(str(ctx.config.get("destination_chain") or ""))
-        account, sender = _account(source, str(ctx.config.get("from") or ctx.source))
-        recipient = _address(destination, str(ctx.config.get("to") or ctx.destination))
-        units = to_units(ctx.amount)
-        data = DEPOSIT_FOR_BURN_V2 + abi_encode(
-            ["uint256", "uint32", "bytes32", "address", "bytes32", "uint256", "uint32"],
-            [
-                units,
-                _v2(destination.name).domain,
-                address_to_bytes32(recipient),
-                cctp.usdc,
-                b"\0" * 32,  # destinationCaller: anyone may receive the message
-                _max_fee_units(ctx.config),
-                _threshold(ctx.config),
-            ],
-        )
-        return ContractCall(
-            chain=source,
-            sender=sender,
-            account_name=account,
-            recipient=cctp.token_messenger_v2,
-            symbol="USDC",
-            units=units,
-            token=cctp.usdc,
-            data="0x" + data.hex(),
-        )
+    def quote(
+        self, source: CctpChain, destination: CctpChain, config: dict[str, Any], units: int
+    ) -> dict[str, Any]:
+        return check_fee(source, destination, config, units)
 
-    def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
-        from venues.cctp.allowance import ensure_allowance
-
-        cctp = _v2(call.chain.name)
-        destination = _v2(str(ctx.config.get("destination_chain") or ""))
-        check_burn_facts(call.chain, _burn_facts_chain(cctp), call.units)
-        quote = check_fee(cctp, destination, ctx.config, call.units)
-        allowance = ensure_allowance(
-            ctx, call, usdc=cctp.usdc, spender=cctp.token_messenger_v2, units=call.units
-        )
-        return {**allowance, **quote}
+    def deposit_for_burn(
+        self, ctx: ExecutionContext, *, units: int, domain: int, mint_recipient: bytes, usdc: str
+    ) -> bytes:
+        """TokenMessengerV2 ``depositForBurn(amount, destinationDomain, mintRecipient,
+        burnToken, destinationCaller, maxFee, minFinalityThreshold)``, or, with ``hook_data``,
+        ``depositForBurnWithHook(..., minFinalityThreshold, hookData)`` (the hookData is
+        carried at the end of the burn message, from byte 228 of its body)."""
+        args = [
+            units,
+            domain,
+            mint_recipient,
+            usdc,
+            b"\0" * 32,  # destinationCaller: anyone may receive the message
+            _max_fee_units(ctx.config),
+            _threshold(ctx.config),
+        ]
+        hook = hook_data(ctx.config)
+        if hook:
+            return DEPOSIT_FOR_BURN_WITH_HOOK + abi_encode([*BURN_ARGS_V2, "bytes"], [*args, hook])
+        return DEPOSIT_FOR_BURN_V2 + abi_encode(BURN_ARGS_V2, args)
 
     def checked(self, ctx: ExecutionContext, look: Track, observation: Observation) -> Observation:
         """A fast burn is done for the movement once its block is at or below the source's
@@ -257,13 +263,6 @@ class CctpV2Burn(CctpBurn):
 
 def look_chain(ctx: ExecutionContext):
     return _evm(str(ctx.config.get("chain") or ""))
-
-
-def _burn_facts_chain(cctp: CctpChain) -> CctpChain:
-    """The burn limit is read from TokenMessengerV2 (its ``localMinter()``)."""
-    from dataclasses import replace
-
-    return replace(cctp, token_messenger=cctp.token_messenger_v2)
 
 
 # --- the attestation -------------------------------------------------------------------------
@@ -345,6 +344,10 @@ def mismatch_v2(
             f"attested at finality {message.finality_threshold_executed}, below {threshold}",
         ),
         (body.max_fee != max_fee, "the message's maxFee is not the node's max_fee"),
+        (
+            body.hook_data != hook_data(burn_config),
+            "the message's hookData is not, byte for byte, the burn node's hook_data",
+        ),
         (
             body.fee_executed > max_fee,
             f"the fee executed {body.fee_executed} is above maxFee {max_fee}",
@@ -515,30 +518,13 @@ class CctpV2Mint(CctpMint):
         _v2(chain.name)
         self._relayer(chain, spec.config, spec.source)
 
-    def _attested(self, ctx: ExecutionContext) -> tuple[bytes, bytes]:
-        result = _upstream(ctx, executor="cctp_v2_attestation_observe").result
-        message, attestation = result.get("message"), result.get("attestation")
-        if not message or not attestation:
-            raise DeterministicError("no attestation for the burn")
-        return bytes.fromhex(message[2:]), bytes.fromhex(attestation[2:])
+    contracts = V2_CONTRACTS
+    attestation_executor = "cctp_v2_attestation_observe"
 
-    def call(self, ctx: ExecutionContext) -> ContractCall:
-        chain = _evm(str(ctx.config.get("chain") or ""))
-        cctp = _v2(chain.name)
-        account, sender = self._relayer(chain, ctx.config, ctx.source)
-        message, attestation = self._attested(ctx)
+    def minted_units(self, ctx: ExecutionContext, message: bytes) -> int:
+        """The amount less the fee the attester executed."""
         body = MessageV2.parse(message).burn
-        data = RECEIVE_MESSAGE + abi_encode(["bytes", "bytes"], [message, attestation])
-        return ContractCall(
-            chain=chain,
-            sender=sender,
-            account_name=account,
-            recipient=cctp.message_transmitter_v2,
-            symbol="USDC",
-            units=body.amount - body.fee_executed,
-            token=cctp.message_transmitter_v2,
-            data="0x" + data.hex(),
-        )
+        return body.amount - body.fee_executed
 
     def before_first_nonce(self, ctx: ExecutionContext, call: ContractCall) -> dict[str, Any]:
         """Before anything is signed: the burn must still be in the source's canonical chain (a
@@ -552,6 +538,13 @@ class CctpV2Mint(CctpMint):
                 f"the burn {burn_node.external_ref} is not in {source.name}'s canonical chain: "
                 "the mint waits for it to be back",
                 evidence={"burn_track": look.status if look else "unknown", "held": "mint"},
+            )
+        carried = MessageV2.parse(self._attested(ctx)[0]).burn.hook_data
+        if carried != hook_data(burn_node.config):
+            problem = "the attested message's hookData is not, byte for byte, the burn's hook_data"
+            raise DeterministicError(
+                problem,
+                evidence={"hook_data_attested": "0x" + carried.hex(), "attention": _venue(problem)},
             )
         return super().before_first_nonce(ctx, call)
 

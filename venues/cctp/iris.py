@@ -17,7 +17,8 @@ CCTP V2 adds ``GET /v2/burn/USDC/fees/{src}/{dst}`` (the minimum fee per finalit
 basis points of the amount) and ``POST /v2/reattest/{nonce}``.
 
 Every worker process shares one request budget per Iris service (``shared_bucket``): Circle
-allows 35 requests a second and blocks a caller that exceeds it for 5 minutes, so each request
+allows 35 requests a second (``QTG_IRIS_REQUESTS_PER_SECOND``) and blocks a caller that exceeds
+it for 5 minutes, so each request
 first takes a token of a bucket kept in the database (the exchange's ``CexRateBucket`` pattern,
 keyed ``iris:<url>``), and a 429 blocks the bucket, for every worker, for the block period.
 """
@@ -39,10 +40,9 @@ from movements.executors.base import DeterministicError, TransientError
 
 # Circle: "exceeding the limit blocks all API requests for the next 5 minutes" (HTTP 429).
 RATE_LIMIT_BLOCK_SECONDS = 300.0
-# Circle's limit is 35 requests in a second; a token bucket lets through at most
-# burst + rate requests in any one second, so 15 + 15 = 30 keeps a margin under it.
-IRIS_BUDGET_PER_SECOND = 15.0
-IRIS_BUDGET_BURST = 15.0
+# A token bucket lets through at most burst + rate requests in any one second: 3/7 of Circle's
+# limit each keeps 6/7 of it, a margin (35 requests a second: 15 + 15 = 30).
+IRIS_BUDGET_SHARE = 3 / 7
 # A wait for a token shorter than this is slept through; longer is a TransientError.
 MAX_IN_PROCESS_WAIT = 2.0
 COMPLETE = "complete"
@@ -114,6 +114,17 @@ def parse_message(entry: Any) -> IrisMessage:
     )
 
 
+def iris_budget():
+    """The bucket every worker shares: ``QTG_IRIS_REQUESTS_PER_SECOND`` (Circle's 35) less a
+    margin."""
+    from django.conf import settings
+
+    from venues.cex import ratelimit
+
+    share = settings.QTG_IRIS_REQUESTS_PER_SECOND * IRIS_BUDGET_SHARE
+    return ratelimit.Budget(share, share)
+
+
 class IrisClient:
     def __init__(
         self,
@@ -153,7 +164,7 @@ class IrisClient:
             return
         from venues.cex import ratelimit
 
-        budget = ratelimit.Budget(IRIS_BUDGET_PER_SECOND, IRIS_BUDGET_BURST)
+        budget = iris_budget()
         while (wait := ratelimit.take(self.bucket_key, budget)) > 0:
             if wait > MAX_IN_PROCESS_WAIT:
                 raise TransientError(
@@ -168,8 +179,7 @@ class IrisClient:
             return
         from venues.cex import ratelimit
 
-        budget = ratelimit.Budget(IRIS_BUDGET_PER_SECOND, IRIS_BUDGET_BURST)
-        ratelimit.block(self.bucket_key, budget, seconds=seconds, reason="Iris answered 429")
+        ratelimit.block(self.bucket_key, iris_budget(), seconds=seconds, reason="Iris answered 429")
 
     def _send(self, method: str, path: str, evidence: dict[str, Any], **kwargs: Any):
         self._take(evidence)

@@ -28,6 +28,7 @@
                                                # live node, with later nonces waiting, is filled
         rpc_timeout_seconds: 10                # optional
         native: {symbol: ETH, decimals: 18}    # optional (default ETH, 18)
+        explorer_tx_url: "https://etherscan.io/tx/{tx}"  # optional: the console's link
         tokens:
           USDC: {address: "0xA0b8...", decimals: 6}
         accounts:
@@ -293,26 +294,12 @@ def parse_chain(name: str, entry: dict[str, Any]) -> EvmChain:
 
 
 def evm_chains() -> dict[str, EvmChain]:
-    """Every ``kind: evm`` chain of the configuration."""
-    return {
-        name: parse_chain(str(name), entry)
-        for name, entry in conf.section("chains", "chains").items()
-        if isinstance(entry, dict) and entry.get("kind") == "evm"
-    }
-
-
-# Parsed entries by (name, the parsed file's entry): ``conf`` keeps each version of the file
-# it read, so an entry's identity names one version; a changed file is parsed again.
-_parsed: dict[tuple[str, int], tuple[dict[str, Any], EvmChain]] = {}
+    """Every ``kind: evm`` chain of the configuration (parsed once per version of the file)."""
+    return conf.chains("evm")
 
 
 def evm_chain(name: str) -> EvmChain:
     """One configured EVM chain; ``LookupError`` if there is none by that name."""
-    entry = conf.section("chains", "chains").get(name)
-    if not isinstance(entry, dict) or entry.get("kind") != "evm":
+    if conf.chain_kind(name) != "evm":
         raise LookupError(f"no EVM chain {name!r} is configured")
-    found = _parsed.get((name, id(entry)))
-    if found is None or found[0] is not entry:
-        found = (entry, parse_chain(name, entry))
-        _parsed[(name, id(entry))] = found
-    return found[1]
+    return conf.chain(name)

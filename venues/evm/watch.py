@@ -3,7 +3,7 @@ be mined (dropped, replaced, never seen) is looked at for the chain's ``post_fin
 after it was concluded. A receipt of one of them at any endpoint walks the transaction back
 (-> CONFIRMED, with every endpoint's answer as evidence) and contradicts the conclusion:
 an operator is asked (``late_result``) and a movement still EXECUTING goes to
-MANUAL_INTERVENTION with its reservation HELD (``movements.interface``). Run by beat
+MANUAL_INTERVENTION with its reservation HELD (``movements.public``). Run by beat
 (``venues.watch_concluded``)."""
 
 import logging
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from movements.interface import NodeState, node_conclusion_contradicted
+from movements.public import NodeState, node_conclusion_contradicted
 from qtg.core.actors import Actor
 from venues.evm.config import evm_chains
 from venues.evm.endpoints import _sightings

@@ -200,19 +200,12 @@ def _watch(name: str, entry: dict[str, Any]) -> float:
 
 
 def solana_chains() -> dict[str, SolanaChain]:
-    """Every ``kind: solana`` chain of the reviewed configuration."""
-    chains = conf.section("chains", "chains")
-    return {
-        str(name): parse_chain(str(name), entry)
-        for name, entry in chains.items()
-        if isinstance(entry, dict) and entry.get("kind") == "solana"
-    }
+    """Every ``kind: solana`` chain of the reviewed configuration (parsed once per version of
+    the file)."""
+    return conf.chains("solana")
 
 
 def solana_chain(name: str) -> SolanaChain:
-    try:
-        return solana_chains()[name]
-    except KeyError:
-        raise ImproperlyConfigured(
-            f"no solana chain {name!r} in the chains configuration"
-        ) from None
+    if conf.chain_kind(name) != "solana":
+        raise ImproperlyConfigured(f"no solana chain {name!r} in the chains configuration")
+    return conf.chain(name)

@@ -110,6 +110,8 @@ def sign_new_transaction(
         movement_id=request_id,
         node_id=node_id,
         replaces=replaces,
+        family="solana",
+        detail={"recent_blockhash": str(blockhash), "last_valid_block_height": last_valid},
         evidence=evidence,
     )
     return sign_record(chain, transfer.account, record)

@@ -22,6 +22,8 @@ DOMAIN_A = 0
 DOMAIN_B = 3
 ATTESTER_KEY = keccak(b"qtg venues cctp test attester").hex()
 IRIS_CONFIRMATIONS = 3
+# The reviewed explorer link templates of the two chains (the console links each transaction).
+EXPLORERS = {DOMAIN_A: "https://etherscan.io/tx/{tx}", DOMAIN_B: "https://arbiscan.io/tx/{tx}"}
 USDC = 10**6
 
 
@@ -130,6 +132,7 @@ def chains_config(tmp_path, settings, monkeypatch, chain_a, chain_b, cctp, iris,
             "broadcast_window_seconds": 5,
             "rpc_timeout_seconds": 5,
             "tokens": {"USDC": {"address": domain.usdc.address, "decimals": 6}},
+            "explorer_tx_url": EXPLORERS[domain.domain],
             "accounts": {
                 account: {
                     "address": chain.accounts[dev_index].address,

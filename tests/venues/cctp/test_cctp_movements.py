@@ -3,7 +3,9 @@ stand-in, mint on devchain B, through the real worker services (in-process sweep
 QTG_VENUES choosing the venues' executors."""
 
 import itertools
+import re
 import time
+from decimal import Decimal
 
 import pytest
 from web3.logs import DISCARD
@@ -17,6 +19,7 @@ from standins.cctp import Message
 from standins.rpc_proxy import LossyRpcProxy
 from tests.execution.conftest import assert_history_replays, node_path, run_workers_once
 from tests.movements.drive import node
+from tests.venues.pages import ONE_FORMAT, chain_transaction_page, fee_text
 from venues.models import ChainTransaction, TxState
 
 from .conftest import DOMAIN_A, TREASURY, USDC, VAULT
@@ -475,7 +478,6 @@ def test_two_first_burns_at_once_send_one_allowance_approve(
     venues_on, funded, cctp, chain_a, chain_b, bob, creator
 ):
     import threading
-    from decimal import Decimal
 
     from django.db import connection, connections
 
@@ -529,7 +531,6 @@ def test_two_first_burns_at_once_send_one_allowance_approve(
 def test_a_signed_allowance_of_a_failed_movement_is_the_senders_and_is_sent_not_filled(
     venues_on, funded, cctp, chain_a, chain_b, bob, creator
 ):
-    from decimal import Decimal
 
     from movements.executors.base import ExecutionContext
     from venues.cctp.allowance import _approvals, _create_approval, settle_allowances
@@ -709,3 +710,33 @@ def test_a_mint_in_doubt_that_recovery_cannot_settle_asks_a_person_and_holds_the
     assert (entered.created_at - unknown_since.created_at).total_seconds() >= 2
     assert request.reservation.state == "HELD"
     assert_history_replays(request)
+
+
+def test_the_console_reads_the_burn_the_mint_and_the_allowance_of_a_real_transfer(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, client
+):
+    """Issue 31: each chain transaction of a real V1 transfer shows its decoded call, amount
+    and recipient, its fee in ETH and gwei, its depth against the chain's finality policy, an
+    explorer link from the reviewed config and its times in the console's one format."""
+    a, _ = cctp
+    request = settle(create(creator, bob), [chain_a, chain_b])
+    assert request.request_state == RequestState.COMPLETED
+    allowance, burn, mint = ChainTransaction.objects.filter(movement=request).order_by("id")
+
+    text, html = chain_transaction_page(client, burn)
+    assert f"CCTP V1 burn of 25.500001 USDC for {bob} on domain 3 (arbitrum)" in text
+    assert "amount 25.500001 USDC" in text and f"recipient {bob}" in text
+    assert "destination domain domain 3 (arbitrum)" in text
+    assert f'href="https://etherscan.io/tx/{burn.tx_hash}"' in html
+    assert fee_text(burn.fee_paid) in text
+    assert f"{burn.confirmations} of 3 required (policy tag+depth: the finalized block" in text
+    assert "max fee per gas" in text and " gwei" in text
+    assert ONE_FORMAT.search(text) and not re.search(r"\b[ap]\.m\.", text)
+
+    text, html = chain_transaction_page(client, mint)
+    assert f"CCTP V1 mint of 25.500001 USDC to {bob} from domain 0 (ethereum)" in text
+    assert f'href="https://arbiscan.io/tx/{mint.tx_hash}"' in html
+    assert fee_text(mint.fee_paid) in text
+
+    text, _ = chain_transaction_page(client, allowance)
+    assert f"ERC-20 approval of {a.messenger.address} for unlimited USDC" in text

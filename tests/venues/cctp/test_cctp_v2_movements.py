@@ -11,10 +11,11 @@ from decimal import Decimal
 import httpx
 import pytest
 import yaml
+from eth_utils import keccak
 from prometheus_client import REGISTRY
 from web3.logs import DISCARD
 
-from movements.models import MovementEvent
+from movements.models import MovementEvent, MovementRequest
 from movements.services import movement_approve, movement_create
 from movements.states import RequestState
 from qtg.core.actors import Actor
@@ -24,6 +25,7 @@ from standins.iris import IrisService, SourceDomain
 from standins.iris_v2 import FeeSchedule, RateLimit
 from tests.execution.conftest import assert_history_replays
 from tests.movements.drive import node
+from tests.venues.pages import chain_transaction_page
 from venues.models import ChainTransaction, TxState
 
 from .conftest import ATTESTER_KEY, DOMAIN_A, DOMAIN_B, IRIS_CONFIRMATIONS, TREASURY, VAULT
@@ -132,18 +134,21 @@ def bob(chain_b):
     return chain_b.accounts[2].address
 
 
-def create(creator, destination, *, template, max_fee, amount=AMOUNT, approve=True):
+def v2_params(max_fee, hook_data=None) -> dict:
+    params = {"source_chain": "ethereum", "destination_chain": "arbitrum", "max_fee": max_fee}
+    if hook_data is not None:
+        params["hook_data"] = hook_data
+    return params
+
+
+def create(creator, destination, *, template, max_fee, amount=AMOUNT, approve=True, hook_data=None):
     request = movement_create(
         template=template,
         asset="USDC",
         amount=amount,
         source=TREASURY,
         destination=destination,
-        params={
-            "source_chain": "ethereum",
-            "destination_chain": "arbitrum",
-            "max_fee": max_fee,
-        },
+        params=v2_params(max_fee, hook_data),
         actor=Actor.for_user(creator),
     )
     if approve and request.request_state != RequestState.FAILED:
@@ -467,3 +472,108 @@ def test_a_fast_burn_attested_then_reorged_is_held_and_minted_once(
     held = MovementEvent.objects.filter(request=request, node_key="attestation_observe")
     assert any("held" in (e.detail or {}) for e in held)
     assert_history_replays(request)
+
+
+def test_the_console_reads_a_v2_fast_burn_and_its_mint(
+    venues_on, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator, client
+):
+    """Issue 31: a V2 burn shows its amount, recipient, destination domain, max fee and
+    finality threshold; its mint the attested message's amount and recipient."""
+    a2, _ = cctp_v2
+    request = settle(
+        create(creator, bob, template="cctp_v2_fast", max_fee="0.01"), [chain_a, chain_b]
+    )
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    txs = list(ChainTransaction.objects.filter(movement=request).order_by("id"))
+    burn = next(tx for tx in txs if tx.node and tx.node.node_key == "burn")
+    mint = next(tx for tx in txs if tx.node and tx.node.node_key == "mint")
+
+    text, html = chain_transaction_page(client, burn)
+    assert f"CCTP V2 burn of 25.500001 USDC for {bob} on domain 3 (arbitrum)" in text
+    assert "max fee 0.01 USDC" in text and "finality threshold 1000 (fast)" in text
+    assert f"contract {a2.messenger.address}" in text
+    assert f'href="https://etherscan.io/tx/{burn.tx_hash}"' in html
+
+    text, _ = chain_transaction_page(client, mint)
+    assert f"CCTP V2 mint of 25.500001 USDC to {bob} from domain 0 (ethereum)" in text
+
+
+HOOK = keccak(text="qtg hook") + b"swap to EURC; then deposit to vault 7"
+DEPOSIT_FOR_BURN_WITH_HOOK = keccak(
+    text="depositForBurnWithHook(uint256,uint32,bytes32,address,bytes32,uint256,uint32,bytes)"
+)[:4]
+
+
+def test_a_v2_transfer_with_hook_data_carries_it_byte_for_byte_to_the_mint(
+    venues_on, funded, cctp, cctp_v2, chain_a, chain_b, bob, creator
+):
+    """``hook_data`` goes out through depositForBurnWithHook, sits at the end of the burn
+    message (byte 228 of its body), is attested and received exactly as sent."""
+    (a, b), (a2, b2) = cctp, cctp_v2
+    treasury = chain_a.accounts[1].address
+    before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
+
+    request = create(
+        creator, bob, template="cctp_v2_fast", max_fee="0.01", hook_data="0x" + HOOK.hex()
+    )
+    request = settle(request, [chain_a, chain_b])
+
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    burn_hash = node(request, "burn").external_ref
+    sent = a2.w3.eth.get_transaction(burn_hash)
+    assert bytes(sent["input"])[:4] == DEPOSIT_FOR_BURN_WITH_HOOK
+    receipt = a2.w3.eth.get_transaction_receipt(burn_hash)
+    (deposit,) = a2.messenger.events.DepositForBurn().process_receipt(receipt, errors=DISCARD)
+    assert bytes(deposit["args"]["hookData"]) == HOOK
+    assert emitted(request, a2).body[228:] == HOOK  # where Circle's BurnMessageV2 carries it
+    signed = attested(request)
+    assert signed.burn.hook_data == HOOK
+    (received,) = v2_mints(b2, signed.nonce)
+    assert bytes(received["args"]["messageBody"]) == signed.body  # the mint got it unchanged
+    assert bytes(received["args"]["messageBody"])[228:] == HOOK
+    assert a.usdc_balance(treasury) == before_a - UNITS
+    assert b.usdc_balance(bob) == before_b + UNITS - FAST_FEE
+    assert_history_replays(request)
+
+
+def test_a_v2_transfer_without_hook_data_burns_with_plain_deposit_for_burn(
+    venues_on, funded, cctp_v2, chain_a, chain_b, bob, creator
+):
+    request = create(creator, bob, template="cctp_v2", max_fee="0.01")
+    request = settle(request, [chain_a, chain_b])
+
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    sent = chain_a.web3.eth.get_transaction(node(request, "burn").external_ref)
+    assert bytes(sent["input"])[:4] != DEPOSIT_FOR_BURN_WITH_HOOK
+    assert attested(request).burn.hook_data == b""
+
+
+@pytest.mark.parametrize(
+    ("hook_data", "why"),
+    [
+        ("abcd", "no 0x"),
+        ("0xabc", "odd number of hex digits"),
+        ("0xzz", "not hex"),
+        ("0x", "no byte: leave it out for a burn without a hook"),
+        ("0x" + "00" * 1025, "above the 1024 bytes carried"),
+    ],
+)
+def test_bad_hook_data_is_a_400_naming_it_and_writes_nothing(
+    venues_on, funded, cctp_v2, bob, creator, hook_data, why
+):
+    from tests.api.conftest import assert_error, client_for, post_create
+
+    body = {
+        "template": "cctp_v2_fast",
+        "asset": "USDC",
+        "amount": AMOUNT,
+        "source": TREASURY,
+        "destination": bob,
+        "params": v2_params("0.01", hook_data),
+    }
+    response = post_create(client_for(creator), body)
+
+    problem = assert_error(response, 400, "invalid")
+    assert "hook_data" in problem["details"]["params"], why
+    assert not MovementRequest.objects.exists()
+    assert not ChainTransaction.objects.exists()

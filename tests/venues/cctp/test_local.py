@@ -115,6 +115,7 @@ def test_after_the_evm_adapter_its_devchain_is_reused_not_duplicated(tmp_path):
         nonce=4,
         unsigned={},
         actor=Actor.system("tests"),
+        family="evm",
     )
 
     env: dict[str, str] = {}

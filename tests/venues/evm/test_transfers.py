@@ -12,6 +12,8 @@ from standins.contracts import transact
 from tests.execution.conftest import assert_history_replays, node_path, run_workers_once
 from tests.movements.drive import node
 from tests.venues.evm.conftest import balance, settle, transfer
+from tests.venues.pages import chain_transaction_page, fee_text
+from venues.evm.family import evm_fees
 from venues.models import ChainTransaction, TxState
 
 pytestmark = [pytest.mark.devchain, pytest.mark.django_db]
@@ -134,8 +136,9 @@ def test_a_stuck_transaction_is_replaced_by_a_fee_bump_and_the_node_takes_the_wi
         original, replacement = chain_txs(request)
         assert replacement.replaces_id == original.pk
         assert replacement.nonce == original.nonce
-        assert replacement.max_fee_per_gas >= original.max_fee_per_gas * 11 / 10
-        assert replacement.max_priority_fee_per_gas >= original.max_priority_fee_per_gas * 11 / 10
+        bumped, was = evm_fees(replacement), evm_fees(original)
+        assert bumped["max_fee_per_gas"] >= was["max_fee_per_gas"] * 11 / 10
+        assert bumped["max_priority_fee_per_gas"] >= was["max_priority_fee_per_gas"] * 11 / 10
         assert devchain.pending_transaction_hashes() == [replacement.tx_hash]
 
     request = settle(request, devchain)
@@ -726,3 +729,27 @@ def test_a_node_that_keeps_dying_before_it_signs_releases_its_nonce_within_bound
     [new] = [t for t in chain_txs(stuck) if t.pk != held.pk]
     assert new.state == S.FINALIZED and new.nonce > chain_txs(behind)[0].nonce
     assert balance(devchain, tokens["USDC"], recipient) == 3_000_000
+
+
+def test_the_console_reads_an_erc20_and_a_native_transfer(
+    devchain, tokens, chain_config, fast_worker, creator, recipient, client
+):
+    """Issue 31: the transaction's page decodes its call (ERC-20 transfer to X of Y, a native
+    transfer), links the explorer the reviewed config names, and shows the fee in ETH and
+    gwei and the depth against the finality policy."""
+    chain_config(explorer_tx_url="https://explorer.example/tx/{tx}?net=dev")
+    token = settle(transfer(creator, recipient, amount="1234.5"), devchain)
+    native = settle(transfer(creator, recipient, asset="ETH", amount="0.25"), devchain)
+    [erc20], [coin] = chain_txs(token), chain_txs(native)
+
+    text, html = chain_transaction_page(client, erc20)
+    assert f"ERC-20 transfer of 1,234.5 USDC to {recipient}" in text
+    assert f"function transfer(address,uint256) contract {tokens['USDC'].address}" in text
+    assert f'href="https://explorer.example/tx/{erc20.tx_hash}?net=dev"' in html
+    assert fee_text(erc20.fee_paid) in text
+    assert f"{erc20.confirmations} of 3 required" in text
+    assert f"gas limit: {evm_fees(erc20)['gas_limit']:,}" in text
+
+    text, _ = chain_transaction_page(client, coin)
+    assert f"Transfer of 0.25 ETH to {recipient}" in text
+    assert "amount 0.25 ETH" in text

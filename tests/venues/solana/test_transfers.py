@@ -8,6 +8,7 @@ from spl.token.instructions import get_associated_token_address
 
 from movements.models import MovementAttention
 from tests.execution.conftest import run_workers_once
+from tests.venues.pages import chain_transaction_page
 from venues.models import ChainTransaction
 
 from .conftest import SETTINGS, TREASURY, drive, lamports
@@ -335,3 +336,24 @@ def test_an_spl_token_whose_mint_decimals_differ_from_the_config_is_refused_at_c
     assert movement.request_state == "FAILED"
     assert "has 6 decimals, the reviewed config says 8" in movement.failure_reason
     assert not ChainTransaction.objects.filter(movement=movement).exists()
+
+
+def test_the_console_reads_a_sol_and_a_usdc_transfer(solana, make_movement, client):
+    """Issue 31: the fee in SOL and lamports, the decoded transfer, its depth against the
+    chain's finality commitment, the family's explorer link (the config names none)."""
+    recipient = Keypair().pubkey()
+    sol = drive(transfer(make_movement, asset="SOL", amount="1.25", to=recipient), solana.node)
+    usdc = drive(transfer(make_movement, asset="USDC", amount="2.5", to=recipient), solana.node)
+    [coin] = ChainTransaction.objects.filter(movement=sol)
+    [token] = ChainTransaction.objects.filter(movement=usdc)
+
+    text, html = chain_transaction_page(client, coin)
+    assert "0.000005 SOL (5,000 lamports)" in text
+    assert f"SOL transfer of 1.25 SOL to {recipient}" in text
+    assert "final by policy commitment finalized" in text
+    assert f'href="https://explorer.solana.com/tx/{coin.tx_hash}"' in html
+    assert f"recent blockhash: {coin.unsigned['blockhash']}" in text
+
+    text, _ = chain_transaction_page(client, token)
+    assert f"SPL token transfer of 2.5 USDC to {recipient}" in text
+    assert f"mint {solana.usdc_mint}" in text

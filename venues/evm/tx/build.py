@@ -229,8 +229,7 @@ def create_with_new_nonce(
             actor=ACTOR,
             movement_id=movement_id,
             node_id=node_id,
-            gas_limit=gas,
-            max_fee_per_gas=max_fee,
-            max_priority_fee_per_gas=tip,
+            family="evm",
+            detail={"gas_limit": gas, "max_fee_per_gas": max_fee, "max_priority_fee_per_gas": tip},
             evidence={**evidence, "chain_next_nonce": chain_next, "head": head},
         )

@@ -33,10 +33,11 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from movements.interface import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
+from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
 from qtg.core.errors import StaleState
 from venues.evm import client
 from venues.evm.config import EvmChain
+from venues.evm.family import evm_fees
 from venues.evm.tx.build import fees, signer_of_tx
 from venues.evm.tx.common import ACTOR, move_tx, rpc_read, stored_fields
 from venues.evm.tx.sign import sign_stored
@@ -253,11 +254,13 @@ def _fill(
     """The filler of ``orphan``'s nonce, signed and stored, the orphan REPLACED by it (one
     database transaction: the caller's). Not broadcast yet (``_track_filler`` does it)."""
     base, max_fee, tip = fees(w3, chain)
-    if orphan.max_fee_per_gas is not None and orphan.max_priority_fee_per_gas is not None:
+    orphan_fees = evm_fees(orphan)
+    orphan_max, orphan_tip = orphan_fees["max_fee_per_gas"], orphan_fees["max_priority_fee_per_gas"]
+    if orphan_max is not None and orphan_tip is not None:
         # Above the orphan's own fees by the chain's bump rule: should a copy of the orphan be
         # in some mempool after all, the filler replaces it there.
-        tip = max(tip, chain.bumped(int(orphan.max_priority_fee_per_gas)))
-        max_fee = max(max_fee, chain.bumped(int(orphan.max_fee_per_gas)), base + tip)
+        tip = max(tip, chain.bumped(orphan_tip))
+        max_fee = max(max_fee, chain.bumped(orphan_max), base + tip)
         # Never above the cap (``fees`` checked the base fee leaves room under it).
         max_fee = min(max_fee, chain.max_fee_wei)
         tip = min(tip, max_fee)
@@ -279,9 +282,12 @@ def _fill(
         actor=ACTOR,
         replaces=orphan,
         purpose=TxPurpose.NONCE_FILL,
-        gas_limit=SELF_TRANSFER_GAS,
-        max_fee_per_gas=max_fee,
-        max_priority_fee_per_gas=tip,
+        family="evm",
+        detail={
+            "gas_limit": SELF_TRANSFER_GAS,
+            "max_fee_per_gas": max_fee,
+            "max_priority_fee_per_gas": tip,
+        },
         evidence={
             "nonce_fill": {
                 "orphan_id": orphan.pk,

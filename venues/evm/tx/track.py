@@ -13,6 +13,7 @@ from django.utils import timezone
 from movements.executors.base import TransientError
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
+from venues.evm.family import evm_fees
 from venues.evm.tx import policy
 from venues.evm.tx.broadcast import send_stored
 from venues.evm.tx.build import node_transactions, signer_of_tx
@@ -451,7 +452,8 @@ def _maybe_bump(w3: Any, chain: EvmChain, newest: ChainTransaction, result: Trac
             f"the receipt of the transaction that used nonce {newest.nonce}"
         )
         return
-    old_max, old_tip = int(newest.max_fee_per_gas), int(newest.max_priority_fee_per_gas)
+    fees_now = evm_fees(newest)
+    old_max, old_tip = fees_now["max_fee_per_gas"], fees_now["max_priority_fee_per_gas"]
     base = int(rpc_read("latest block", w3.eth.get_block, "latest")["baseFeePerGas"])
     new_tip = chain.bumped(old_tip)
     new_max = max(chain.bumped(old_max), 2 * base + new_tip)
@@ -482,9 +484,12 @@ def _maybe_bump(w3: Any, chain: EvmChain, newest: ChainTransaction, result: Trac
         movement_id=newest.movement_id,
         node_id=newest.node_id,
         replaces=newest,
-        gas_limit=newest.gas_limit,
-        max_fee_per_gas=new_max,
-        max_priority_fee_per_gas=new_tip,
+        family="evm",
+        detail={
+            "gas_limit": fees_now["gas_limit"],
+            "max_fee_per_gas": new_max,
+            "max_priority_fee_per_gas": new_tip,
+        },
         evidence={
             "fee_bump": {"replaces": newest.tx_hash, "old_max_fee": old_max, "base_fee": base},
             "stuck_since": since.isoformat(),
