@@ -11,7 +11,6 @@ with exponential backoff, or DEAD after the configured number of attempts. The p
 
 import json
 import logging
-import random
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -22,12 +21,11 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from callbacks import instruments, signing
@@ -49,6 +47,7 @@ from movements.public import (
     movement_visible_to,
     record_decision,
 )
+from qtg.core import outbox
 from qtg.core.actors import Actor
 from qtg.core.contract import CONTRACT_VERSION
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
@@ -88,12 +87,12 @@ def _setting(name: str) -> Any:
 
 
 def backoff_delay(attempts: int) -> timedelta:
-    """How long to wait after the ``attempts``-th failed attempt: exponential, capped, with a
-    little jitter so receivers that come back are not hit by every retry at once."""
-    base = float(_setting("QTG_CALLBACKS_BACKOFF_SECONDS"))
-    cap = float(_setting("QTG_CALLBACKS_BACKOFF_MAX_SECONDS"))
-    delay = min(base * (2 ** max(attempts - 1, 0)), cap)
-    return timedelta(seconds=delay * random.uniform(1.0, 1.1))
+    """How long to wait after the ``attempts``-th failed attempt (``qtg.core.outbox``)."""
+    return outbox.backoff_delay(
+        attempts,
+        base=float(_setting("QTG_CALLBACKS_BACKOFF_SECONDS")),
+        cap=float(_setting("QTG_CALLBACKS_BACKOFF_MAX_SECONDS")),
+    )
 
 
 def _body(
@@ -120,16 +119,7 @@ def _body(
 
 def _queue(ids: Iterable[Any]) -> None:
     """Ask for one delivery task per row; a broker hiccup is left to the sweep."""
-    # By its stable name (registered when the app is ready): the tasks import this module,
-    # never the other way round.
-    deliver = current_app.tasks[DELIVER_TASK]
-    for pk in ids:
-        try:
-            deliver.delay(str(pk))
-        except Exception:
-            logger.warning(
-                "could not queue callback delivery %s; the sweep will", pk, exc_info=True
-            )
+    outbox.queue(DELIVER_TASK, ids)
 
 
 _READ_ONCE: ContextVar[dict[str, list[Subscription]] | None] = ContextVar(
@@ -342,25 +332,16 @@ def _publish_quietly() -> None:
 def deliveries_enqueue_due(*, limit: int = 500) -> int:
     """Queue a delivery task for every PENDING delivery that is due and not already queued
     recently (a task lost with its broker message is queued again); return how many."""
-    now = timezone.now()
-    requeue_before = now - timedelta(seconds=float(_setting("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS")))
-    with transaction.atomic():
-        ids = list(
-            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(
-                status=DeliveryStatus.PENDING,
-                next_attempt_at__lte=now,
-                subscription__is_active=True,
-                subscription__deleted_at__isnull=True,
-            )
-            .filter(Q(enqueued_at__isnull=True) | Q(enqueued_at__lte=requeue_before))
-            .order_by("next_attempt_at")
-            .values_list("pk", flat=True)[:limit]
-        )
-        if ids:
-            Delivery.objects.filter(pk__in=ids).update(enqueued_at=now)
-            transaction.on_commit(lambda: _queue(ids))
-    return len(ids)
+    return outbox.enqueue_due(
+        Delivery.objects.filter(
+            status=DeliveryStatus.PENDING,
+            subscription__is_active=True,
+            subscription__deleted_at__isnull=True,
+        ),
+        task_name=DELIVER_TASK,
+        requeue_after=float(_setting("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS")),
+        limit=limit,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """What movements needs from the apps beside it, without importing them.
 
 A reservation ledger (hold when a movement is validated, consume on COMPLETED, release by the
-spec's rule) and a callback outbox (record an event in the caller's transaction): their apps
-plug themselves in from ``AppConfig.ready()`` with ``provide_reservations`` /
-``provide_callbacks``. For ``make run`` under ``QTG_VENUES=local``, the local services started
+spec's rule), a callback outbox (record an event in the caller's transaction) and, optionally,
+a notifier (tell the people who can act on an event): their apps plug themselves in from
+``AppConfig.ready()`` with ``provide_reservations`` / ``provide_callbacks`` /
+``provide_notifications``. For ``make run`` under ``QTG_VENUES=local``, the local services started
 first: ``python -m standins.local`` plugs the stand-ins in with ``provide_embedded_services``
 before it runs ``run_embedded`` (the product never imports them). Without a ledger no movement
 validates (reservations fail closed); without an outbox movements refuse to run rather than
@@ -46,6 +47,17 @@ class CallbackOutbox:
     together: Callable[[], AbstractContextManager[Any]]
 
 
+@dataclass(frozen=True)
+class Notifier:
+    """``notify(kind=, request=, actor=, proposal=None, detail=None)`` records, in the caller's
+    transaction, the notifications an event causes for the people who can act on it (sent by
+    a worker after it commits). ``kind``: ``approval_waiting``, ``manual_intervention``,
+    ``attention``, ``override_proposal``. Optional: without the notifications app nobody is
+    notified and nothing else changes (the console's queue shows the same work)."""
+
+    notify: Callable[..., Any]
+
+
 _provided: dict[str, Any] = {}
 _embedded_services: list[Callable[[dict[str, str]], list[Any]]] = []
 
@@ -56,6 +68,17 @@ def provide_reservations(ledger: ReservationLedger) -> None:
 
 def provide_callbacks(outbox: CallbackOutbox) -> None:
     _provided["callbacks"] = outbox
+
+
+def provide_notifications(notifier: Notifier) -> None:
+    _provided["notifications"] = notifier
+
+
+def notify(**event: Any) -> None:
+    """Tell the notifier of an event (``Notifier.notify``'s arguments), if one is provided."""
+    notifier = _provided.get("notifications")
+    if notifier is not None:
+        notifier.notify(**event)
 
 
 def reservations() -> ReservationLedger:

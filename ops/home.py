@@ -6,6 +6,7 @@ never reloads."""
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -15,6 +16,9 @@ from ops.status import MONEY_COLUMNS
 from qtg.core import money
 
 REFRESH_SECONDS = 10
+# The operations part (queue, money, counts, health, charts) is for whoever may read movements:
+# every figure leads to movement pages. Others (a security admin) get the pages of their role.
+OPERATIONS_PERMISSION = "movements.view_movementrequest"
 
 
 def _queue_rows(items: list[console.QueueItem]) -> list[dict]:
@@ -111,15 +115,19 @@ def live_context(request) -> dict:
 
 def home(request):
     """GET /admin/: the home page."""
+    operations = request.user.has_perm(OPERATIONS_PERMISSION)
     context = {
         **admin.site.each_context(request),
         "title": "Operations",
         "app_list": admin.site.get_app_list(request),
-        **live_context(request),
+        "operations": operations,
+        **(live_context(request) if operations else {}),
     }
     return TemplateResponse(request, "admin/qtg/home.html", context)
 
 
 def home_live(request):
     """GET /admin/home/live/: the live part of the home page, alone."""
+    if not request.user.has_perm(OPERATIONS_PERMISSION):
+        raise PermissionDenied
     return TemplateResponse(request, "admin/qtg/_home_live.html", live_context(request))

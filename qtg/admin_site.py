@@ -58,6 +58,13 @@ TASKS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "Notifications",
+        (
+            "notifications.notificationpreference",
+            "notifications.notification",
+        ),
+    ),
+    (
         "Sandbox venues (demo and tests)",
         (
             "sandbox.withdrawal",

@@ -41,7 +41,7 @@ def v(name, type_, embedded, production=SAME, *, section, doc, weakens=False) ->
     )
 
 
-PROFILE, DATABASE, CELERY, EXECUTION, API, SECURITY, OPS, VENUES, WEBHOOKS, TOOLS = (
+PROFILE, DATABASE, CELERY, EXECUTION, API, SECURITY, OPS, VENUES, WEBHOOKS, NOTIFY, TOOLS = (
     "Profile and paths",
     "Database",
     "Celery and the scheduler",
@@ -51,6 +51,7 @@ PROFILE, DATABASE, CELERY, EXECUTION, API, SECURITY, OPS, VENUES, WEBHOOKS, TOOL
     "Operability",
     "Venues",
     "Webhooks",
+    "Notifications",
     "Tests and tools",
 )
 
@@ -767,6 +768,84 @@ VARIABLES: list[Var] = [
         "86400",
         section=WEBHOOKS,
         doc="How long a rotated secret keeps signing.",
+    ),
+    # --- notifications
+    v(
+        "QTG_EMAIL_BACKEND",
+        "Django email backend",
+        "django.core.mail.backends.console.EmailBackend",
+        "django.core.mail.backends.smtp.EmailBackend",
+        section=NOTIFY,
+        doc="How notification emails leave: printed by the worker (embedded), SMTP (production).",
+    ),
+    v("EMAIL_HOST", "host", "localhost", section=NOTIFY, doc="The SMTP server."),
+    v("EMAIL_PORT", "port", "25", section=NOTIFY, doc="The SMTP server's port."),
+    v("EMAIL_HOST_USER", "name", "(empty)", section=NOTIFY, doc="SMTP login, if it needs one."),
+    v("EMAIL_HOST_PASSWORD", "secret", "(empty)", section=NOTIFY, doc="SMTP password."),
+    v("EMAIL_USE_TLS", "bool", "0", section=NOTIFY, doc="STARTTLS to the SMTP server."),
+    v(
+        "DEFAULT_FROM_EMAIL",
+        "address",
+        "QTG <qtg@localhost>",
+        section=NOTIFY,
+        doc="The sender of notification emails.",
+    ),
+    v(
+        "QTG_CONSOLE_URL",
+        "URL",
+        "http://127.0.0.1:8000",
+        "(empty: links without a host)",
+        section=NOTIFY,
+        doc="The console's address, for the links in notifications.",
+    ),
+    v(
+        "QTG_NOTIFY_CHAT_WEBHOOK_URL",
+        "URL",
+        "(unset: no chat)",
+        section=NOTIFY,
+        doc='A chat incoming webhook each notification is POSTed to as JSON {"text", ...}.',
+    ),
+    v(
+        "QTG_NOTIFY_TIMEOUT_SECONDS",
+        "seconds",
+        "10",
+        section=NOTIFY,
+        doc="Per-attempt timeout of an email or chat post.",
+    ),
+    v(
+        "QTG_NOTIFY_MAX_ATTEMPTS",
+        "count",
+        "8",
+        section=NOTIFY,
+        doc="Attempts before a notification is DEAD.",
+    ),
+    v(
+        "QTG_NOTIFY_BACKOFF_SECONDS",
+        "seconds",
+        "30",
+        section=NOTIFY,
+        doc="First retry backoff (doubling).",
+    ),
+    v(
+        "QTG_NOTIFY_BACKOFF_MAX_SECONDS",
+        "seconds",
+        "3600",
+        section=NOTIFY,
+        doc="Longest retry backoff.",
+    ),
+    v(
+        "QTG_NOTIFY_REQUEUE_AFTER_SECONDS",
+        "seconds",
+        "120",
+        section=NOTIFY,
+        doc="A due notification queued longer ago is queued again.",
+    ),
+    v(
+        "QTG_NOTIFY_DIGEST_SECONDS",
+        "seconds",
+        "3600",
+        section=NOTIFY,
+        doc="How often each person's digest email is sent.",
     ),
     # --- tests and tools
     v(

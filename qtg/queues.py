@@ -5,7 +5,7 @@
 - ``<q>.venues``: the sweeps that call venues (dispatch READY nodes, observe SUBMITTED ones,
   recover UNKNOWN ones, watch concluded chain transfers), whose time is the venues' to spend;
 - ``<q>.webhooks``: webhook deliveries, test deliveries included (rate-limited per client at
-  the API), each bounded by the delivery time limits.
+  the API), each bounded by the delivery time limits, and notifications (emails, chat posts).
 
 Each has its own worker (the Procfile's ``worker``, ``worker-venues``, ``worker-webhooks``;
 ``make run`` starts the same lines), so a slow receiver or a flood of test deliveries holds
@@ -23,6 +23,8 @@ CONCERN_OF_TASK = {
     "movements.recover_unknown": VENUES,
     "venues.watch_concluded": VENUES,
     "callbacks.deliver": WEBHOOKS,
+    # an email or a chat post: outbound like a webhook, bounded by the same kind of timeouts
+    "notifications.send": WEBHOOKS,
 }
 
 

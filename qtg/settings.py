@@ -389,6 +389,45 @@ QTG_IDEMPOTENCY_KEY_RETENTION = timedelta(
 )
 QTG_CALLBACKS_REQUEUE_AFTER_SECONDS = float(env("QTG_CALLBACKS_REQUEUE_AFTER_SECONDS", "120"))
 
+# --- Notifications (notifications/) ---------------------------------------------------------
+# The people who can act on a movement waiting for approval, in MANUAL_INTERVENTION or needing
+# attention, or on an override proposal, are emailed (per their preferences, at once or in the
+# digest) through an outbox the workers send; optionally the team's chat webhook is posted too.
+INSTALLED_APPS.append("notifications")
+# Email through Django's backend: printed to the web/worker output in the embedded demo, SMTP
+# in production (EMAIL_HOST and friends).
+EMAIL_BACKEND = env(
+    "QTG_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if EMBEDDED
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(env("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "QTG <qtg@localhost>")
+# The console's address, for the links in notifications.
+QTG_CONSOLE_URL = env("QTG_CONSOLE_URL", "http://127.0.0.1:8000" if EMBEDDED else "")
+# A chat service's incoming webhook (Slack, Mattermost, ...): each notification is POSTed to it
+# as JSON {"text", "kind", "movement", "url"}. Unset: no chat.
+QTG_NOTIFY_CHAT_WEBHOOK_URL = env("QTG_NOTIFY_CHAT_WEBHOOK_URL", "")
+QTG_NOTIFY_TIMEOUT_SECONDS = float(env("QTG_NOTIFY_TIMEOUT_SECONDS", "10"))
+EMAIL_TIMEOUT = QTG_NOTIFY_TIMEOUT_SECONDS
+QTG_NOTIFY_MAX_ATTEMPTS = int(env("QTG_NOTIFY_MAX_ATTEMPTS", "8"))
+QTG_NOTIFY_BACKOFF_SECONDS = float(env("QTG_NOTIFY_BACKOFF_SECONDS", "30"))
+QTG_NOTIFY_BACKOFF_MAX_SECONDS = float(env("QTG_NOTIFY_BACKOFF_MAX_SECONDS", "3600"))
+QTG_NOTIFY_REQUEUE_AFTER_SECONDS = float(env("QTG_NOTIFY_REQUEUE_AFTER_SECONDS", "120"))
+# How often the digest of what people asked to be told in the digest is sent.
+QTG_NOTIFY_DIGEST_SECONDS = float(env("QTG_NOTIFY_DIGEST_SECONDS", "3600"))
+CELERY_BEAT_SCHEDULE["send-due-notifications"] = _every(
+    QTG_TICK_SECONDS * 5, "notifications.send_due"
+)
+CELERY_BEAT_SCHEDULE["send-notification-digests"] = _every(
+    QTG_NOTIFY_DIGEST_SECONDS, "notifications.digest"
+)
+
 # --- Operability (ops/) ---------------------------------------------------------------------
 # Counters and histograms of every process of a machine meet in this directory (read by
 # /metrics); it must be set before prometheus-client is first imported, hence here.

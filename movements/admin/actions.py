@@ -30,6 +30,7 @@ from movements.services import (
     movement_reject,
     node_resolve_unknown,
 )
+from movements.services.approvals import approval_policy_for
 from movements.services.attention import (
     attention_resolve,
     attention_snooze,
@@ -37,6 +38,7 @@ from movements.services.attention import (
 )
 from movements.services.interventions import UNKNOWN_OUTCOMES
 from movements.services.overrides import override_propose
+from movements.states import IN_FLIGHT_NODE_STATES
 from qtg.core.actors import Actor
 from qtg.core.policies import Refusal
 
@@ -167,6 +169,48 @@ def reservation_note(nodes: "Nodes", *, completing: bool) -> str:
             "until someone settles it in Reservations."
         )
     return "No money left a venue: its reservation is RELEASED."
+
+
+def approval_note(situation: "Situation") -> str:
+    """What this approval does under the approval policy in force now (re-read at approval, as
+    the service does): approves the movement, or is one of several it still needs."""
+    policy = approval_policy_for(situation.movement)
+    required = max(1, policy.approvals_required) if policy else 1
+    groups = sorted(set(policy.required_groups)) if policy else []
+    approvals = situation.approvals
+    received = policies.distinct_approvers(approvals) + 1
+    covered = {group for approval in approvals for group in approval.groups} | set(situation.groups)
+    missing = [group for group in groups if group not in covered]
+    if received >= required and not missing:
+        return (
+            f"It is the last approval needed ({received} of {required}): the movement is "
+            "APPROVED and its first steps become ready to run."
+        )
+    more = max(required - received, 1 if missing else 0)
+    from_groups = f", one of them from {' or '.join(missing)}" if missing else ""
+    return (
+        f"This is approval {received} of {required}: the movement stays PENDING_APPROVAL until "
+        f"{more} more approver(s){from_groups} approve; nothing runs until then."
+    )
+
+
+def stop_watching_note(nodes: "Nodes") -> str:
+    """Where the movement goes once the observe step FAILS, by what its money did."""
+    moving = [
+        n.node_key for n in nodes if n.has_side_effect and n.node_state in IN_FLIGHT_NODE_STATES
+    ]
+    if moving:
+        return (
+            f"{', '.join(moving)} may still be moving money: nothing is concluded until it settles."
+        )
+    left = policies.funds_in_transit(nodes)
+    if left:
+        return (
+            f"Money already left a venue ({', '.join(left)}): the movement goes to "
+            "MANUAL_INTERVENTION, where it can be retried, resumed or forced, and its "
+            "reservation stays HELD."
+        )
+    return "No money left a venue: the movement ends FAILED and its reservation is RELEASED."
 
 
 def _proposed(request: Any, proposal: Any) -> MovementRequest:
@@ -326,7 +370,9 @@ ACTIONS: dict[str, MovementAction] = {
         MovementAction(
             name=Action.APPROVE,
             label="Approve",
-            what_happens="The movement is approved and its first steps become ready to run.",
+            what_happens="Your approval is recorded, bound to the movement as it is now (plan, "
+            "amount, asset, source, destination).",
+            consequences=lambda s: [approval_note(s)],
             refusal=lambda s: policies.approve_refusal(
                 actor=s.actor,
                 movement=s.movement,
@@ -450,9 +496,8 @@ ACTIONS: dict[str, MovementAction] = {
         MovementAction(
             name=Action.STOP_WATCHING,
             label="Stop watching",
-            what_happens="The observe step gives up and FAILS with your reason; with money "
-            "already out the movement goes to MANUAL_INTERVENTION, where it can be retried, "
-            "resumed or forced.",
+            what_happens="The observe step gives up and FAILS with your reason.",
+            consequences=lambda s: [stop_watching_note(s.nodes)],
             refusal=lambda s: policies.stop_watching_refusal(
                 actor=s.actor, movement=s.movement, nodes=s.nodes, node_key=s.node_key
             ),

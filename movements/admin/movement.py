@@ -339,9 +339,13 @@ class MovementRequestAdmin(MovementChangelistAdmin):
                     if proposal is not None:
                         self.message_user(
                             request,
-                            f"{action.label} proposed: another supervisor confirms it on the "
-                            f"Override proposals page before "
-                            f"{console_time(proposal.expires_at)}.",
+                            format_html(
+                                '{} proposed: another supervisor confirms it on the <a href="{}">'
+                                "Override proposals</a> page before {}.",
+                                action.label,
+                                reverse("admin:movements_overrideproposal_changelist"),
+                                console_time(proposal.expires_at),
+                            ),
                             messages.WARNING,
                         )
                     else:

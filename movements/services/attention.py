@@ -96,6 +96,12 @@ def attention_raise(
         event_type="request_attention",
         data={**detail, "node_key": attention.node_key},
     )
+    ports.notify(
+        kind="attention",
+        request=request,
+        actor=actor,
+        detail={"reason": reason, "message": message, "node_key": attention.node_key},
+    )
     if node is not None:
         # The same, told as what it is: one node needs attention.
         ports.callbacks().enqueue(

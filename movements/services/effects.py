@@ -1,5 +1,6 @@
-"""What follows a request state change (the reservation effect and the callback event) and a
-frontier that moved (its callback): every callback a movement causes is enqueued here.
+"""What follows a request state change (the reservation effect, the callback event and the
+notification of those who must act) and a frontier that moved (its callback): every callback a
+movement causes is enqueued here.
 
 The one table every request transition goes through, whoever caused it (derivation, an
 operator, a worker). Reservations and callbacks are reached only through the ledger and the
@@ -29,6 +30,12 @@ REQUEST_STATE_CALLBACKS: dict[RequestState, str] = {
 REQUEST_STATE_PRECISE_CALLBACKS: dict[RequestState, str] = {
     RequestState.WAITING_MANUAL_ACTION: "request_waiting_manual_action",
     RequestState.MANUAL_INTERVENTION: "request_manual_intervention",
+}
+
+# States that someone must act on: the people who can are notified (``movements.ports.notify``).
+REQUEST_STATE_NOTIFICATIONS: dict[RequestState, str] = {
+    RequestState.PENDING_APPROVAL: "approval_waiting",
+    RequestState.MANUAL_INTERVENTION: "manual_intervention",
 }
 
 
@@ -65,6 +72,9 @@ def after_request_transition(
         ports.callbacks().enqueue(
             request=request, event_type=precise, data={"previous_state": str(old_state)}
         )
+    kind = REQUEST_STATE_NOTIFICATIONS.get(new_state)
+    if kind:
+        ports.notify(kind=kind, request=request, actor=actor)
 
 
 def approval_progress(request: Any, *, received: int) -> dict[str, int]:

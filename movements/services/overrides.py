@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from movements import ports
 from movements.audit import record_decision
 from movements.models import MovementRequest, OverrideAction, OverrideProposal, OverrideStatus
 from movements.policies import override_confirm_refusal, override_propose_refusal
@@ -102,6 +103,7 @@ def override_propose(
             "expires_at": proposal.expires_at.isoformat(),
         },
     )
+    ports.notify(kind="override_proposal", request=request, actor=actor, proposal=proposal)
     return proposal
 
 

@@ -1,11 +1,18 @@
-"""The operators and supervisors groups, created by setup_groups (idempotent)."""
+"""The console's roles as groups, created by setup_groups (idempotent) and at every start."""
 
 from io import StringIO
 
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 
-from movements.permissions import OPERATORS, SUPERVISORS
+from movements.permissions import (
+    APPROVERS,
+    OPERATORS,
+    ROLES,
+    SECURITY_ADMINS,
+    SUPERVISORS,
+    VIEWERS,
+)
 
 
 def perms_of(name: str) -> set[str]:
@@ -17,7 +24,7 @@ def perms_of(name: str) -> set[str]:
     }
 
 
-OPERATOR_EXPECTED = {
+VIEWER_EXPECTED = {
     "movements.view_movementrequest",
     "movements.view_movementrequestnode",
     "movements.view_movementevent",
@@ -30,16 +37,23 @@ OPERATOR_EXPECTED = {
     "movements.view_approvalpolicy",
     "movements.view_addressbookentry",
     "movements.view_overrideproposal",
-    "movements.approve_movement",
-    "movements.reject_movement",
+    "venues.view_chaintransaction",
+    "venues.view_chainledgerentry",
+    "venues.view_cexwithdrawal",
+}
+APPROVER_EXPECTED = VIEWER_EXPECTED | {"movements.approve_movement", "movements.reject_movement"}
+OPERATOR_EXPECTED = APPROVER_EXPECTED | {
     "movements.resume_manual_gate",
     "movements.cancel_movement",
 }
 
 
-def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(db):
+def test_setup_groups_creates_every_role_with_its_permissions(db):
     call_command("setup_groups", stdout=StringIO())
 
+    assert ROLES == (VIEWERS, APPROVERS, OPERATORS, SUPERVISORS, SECURITY_ADMINS)
+    assert perms_of(VIEWERS) == VIEWER_EXPECTED
+    assert perms_of(APPROVERS) == APPROVER_EXPECTED
     assert perms_of(OPERATORS) == OPERATOR_EXPECTED
     assert perms_of(SUPERVISORS) == OPERATOR_EXPECTED | {
         "movements.resolve_unknown_node",
@@ -58,15 +72,39 @@ def test_setup_groups_creates_operators_and_supervisors_with_their_permissions(d
         "callbacks.redeliver_delivery",
         "reservations.settle_reservation",
         "movements.withdraw_movement",  # take back someone else's movement awaiting approval
+        "venues.view_noncecursor",
+        "venues.view_cexclock",
     }
+    # people, not money: nothing of a movement
+    assert {
+        p for p in perms_of(SECURITY_ADMINS) if p.split(".")[0] in ("movements", "venues")
+    } == set()
+    assert {"auth.change_user", "otp_totp.add_totpdevice", "axes.delete_accessattempt"} <= (
+        perms_of(SECURITY_ADMINS)
+    )
 
 
 def test_setup_groups_run_twice_changes_nothing_and_repairs_drift(db):
     call_command("setup_groups", stdout=StringIO())
-    first = {name: perms_of(name) for name in (OPERATORS, SUPERVISORS)}
+    first = {name: perms_of(name) for name in ROLES}
     Group.objects.get(name=OPERATORS).permissions.clear()
 
     call_command("setup_groups", stdout=StringIO())
 
-    assert Group.objects.filter(name__in=[OPERATORS, SUPERVISORS]).count() == 2
-    assert {name: perms_of(name) for name in (OPERATORS, SUPERVISORS)} == first
+    assert Group.objects.filter(name__in=ROLES).count() == len(ROLES)
+    assert {name: perms_of(name) for name in ROLES} == first
+
+
+def test_the_start_brings_the_roles_up_to_date(db, settings, tmp_path, monkeypatch):
+    # given a deployment whose viewers group lost a permission by hand
+    call_command("setup_groups", stdout=StringIO())
+    Group.objects.get(name=VIEWERS).permissions.clear()
+    settings.QTG_AUDIT_CHECKPOINT_FILE = str(tmp_path / "cp.jsonl")
+    settings.STATIC_ROOT = str(tmp_path / "static")
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
+
+    # when it starts (the same step for make run and production)
+    call_command("qtg_prestart", stdout=StringIO(), stderr=StringIO())
+
+    # then every role holds its permissions again
+    assert perms_of(VIEWERS) == VIEWER_EXPECTED

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from movements.models import OverrideAction
-from movements.permissions import OPERATORS, SUPERVISORS
+from movements.permissions import OPERATORS, ROLES, SUPERVISORS
 from movements.services.overrides import override_propose
 from qtg.core.actors import Actor
 from tests.admin.conftest import staff_user
@@ -66,25 +66,26 @@ def console_data(op, supervisor, make_movement, intervention_failed, waiting_at_
     )
 
 
-ROLES = {
-    "operator": lambda: User.objects.get(username="olga"),
-    "supervisor": lambda: User.objects.get(username="sam"),
-    "superuser": lambda: User.objects.create_superuser("root", password="pw-root"),
-}
-
-
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [*ROLES, "superuser"])
 def test_every_link_a_role_is_shown_opens(role, console_data):
     client = Client()
-    client.force_login(ROLES[role]())
+    if role == "superuser":
+        user = User.objects.create_superuser("root", password="pw-root")
+    else:
+        user = staff_user(f"someone-{role.replace(' ', '-')}", role)
+    client.force_login(user)
 
     statuses = crawl(client)
 
     broken = {url: status for url, status in statuses.items() if status != 200}
     assert broken == {}
     # the crawl reached the pages the role works in
-    assert "/admin/movements/movementrequest/" in statuses
-    assert any("/action/" in url for url in statuses)
+    if role == "security admins":
+        assert "/admin/auth/user/" in statuses
+        assert not any(url.startswith("/admin/movements/") for url in statuses)
+    else:
+        assert "/admin/movements/movementrequest/" in statuses
+        assert any("/action/" in url for url in statuses) == (role != "viewers")
 
 
 def test_the_site_link_leads_to_the_console_home(op):
@@ -124,22 +125,28 @@ def test_the_index_offers_no_add_link_the_role_cannot_use(username, role_groups,
     assert "/admin/movements/movementrequest/" in links
 
 
-def test_the_demo_seeds_its_users_in_the_groups_with_two_supervisors(db):
+DEMO_USERS = ["viewer", "approver", "operator", "supervisor", "supervisor2", "security"]
+
+
+def test_the_demo_seeds_a_user_per_role_with_two_supervisors(db):
     call_command("seed_demo", stdout=StringIO())
 
     in_groups = {
         user.username: sorted(user.groups.values_list("name", flat=True))
-        for user in User.objects.filter(username__in=["operator", "supervisor", "supervisor2"])
+        for user in User.objects.filter(username__in=DEMO_USERS)
     }
     assert in_groups == {
+        "viewer": ["viewers"],
+        "approver": ["approvers"],
         "operator": [OPERATORS],
         "supervisor": [SUPERVISORS],
         "supervisor2": [SUPERVISORS],
+        "security": ["security admins"],
     }
     assert not User.user_permissions.through.objects.exists()
 
 
-@pytest.mark.parametrize("username", ["operator", "supervisor", "supervisor2"])
+@pytest.mark.parametrize("username", DEMO_USERS)
 def test_every_link_a_demo_user_is_shown_opens(username, db):
     # given the demo as make run seeds it
     call_command("seed_demo", stdout=StringIO())
@@ -151,6 +158,9 @@ def test_every_link_a_demo_user_is_shown_opens(username, db):
 
     # then none is closed to them
     assert {url: status for url, status in statuses.items() if status != 200} == {}
+    if username == "security":
+        assert "/admin/otp_totp/totpdevice/" in statuses
+        return
     for page in (
         "/admin/movements/overrideproposal/",
         "/admin/movements/addressbookentry/",
@@ -158,5 +168,6 @@ def test_every_link_a_demo_user_is_shown_opens(username, db):
         "/admin/reservations/reservation/",
         "/admin/reservations/hardcap/",
         "/admin/callbacks/delivery/",
+        "/admin/venues/chaintransaction/",
     ):
         assert page in statuses

@@ -17,7 +17,7 @@ LAYERS = (
     ("movements",),
     ("reservations", "callbacks", "venues"),
     ("sandbox",),
-    ("ops",),
+    ("ops", "notifications"),
 )
 PRODUCT = [package for layer in LAYERS for package in layer] + ["qtg"]
 # Inside movements, top to bottom: entry points (parse, call one service, present) -> services

@@ -1,4 +1,5 @@
-"""Create the operator console's groups: operators and supervisors (idempotent)."""
+"""Create the operator console's roles as groups: viewers, approvers, operators, supervisors,
+security admins (idempotent; ``qtg_prestart`` runs it at every start)."""
 
 from django.core.management.base import BaseCommand
 
@@ -6,7 +7,10 @@ from movements.permissions import GROUP_PERMISSIONS, ensure_operator_groups
 
 
 class Command(BaseCommand):
-    help = "Create or update the 'operators' and 'supervisors' groups and their permissions."
+    help = (
+        "Create or update the role groups (viewers, approvers, operators, supervisors, "
+        "security admins) so each holds exactly its permissions (movements/permissions.py)."
+    )
 
     def handle(self, *args, **options):
         groups = ensure_operator_groups()

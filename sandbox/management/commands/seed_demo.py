@@ -1,5 +1,5 @@
-"""Demo data for the embedded run: three users and a handful of movements in various states,
-the approved ones moving on their own through the sandbox venues."""
+"""Demo data for the embedded run: a user per console role (two supervisors) and a handful of
+movements in various states, the approved ones moving on their own through the sandbox venues."""
 
 import secrets
 from decimal import Decimal
@@ -11,7 +11,14 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from movements.models import AddressBookEntry, ApprovalPolicy, EntryStatus, PolicyStatus
-from movements.permissions import OPERATORS, SUPERVISORS, ensure_operator_groups
+from movements.permissions import (
+    APPROVERS,
+    OPERATORS,
+    SECURITY_ADMINS,
+    SUPERVISORS,
+    VIEWERS,
+    ensure_operator_groups,
+)
 from movements.services import movement_approve, movement_create
 from movements.services.address_book import address_approve, address_propose
 from movements.services.approvals import approval_policy_activate, approval_policy_propose
@@ -21,12 +28,15 @@ from qtg.core.errors import QTGError
 from reservations.services import hardcap_ensure_demo_defaults
 
 # The demo users and the console groups they are in (movements/permissions.py, the README's
-# role table). Two supervisors, so a two-person override can be proposed by one and
-# confirmed by the other.
+# role table): one per role, and two supervisors, so a two-person override can be proposed by
+# one and confirmed by the other.
 DEMO_USERS: dict[str, tuple[str, ...]] = {
+    "viewer": (VIEWERS,),
+    "approver": (APPROVERS,),
     "operator": (OPERATORS,),
     "supervisor": (SUPERVISORS,),
     "supervisor2": (SUPERVISORS,),
+    "security": (SECURITY_ADMINS,),
 }
 
 # The demo's approval policy: movements above 10,000 need two approvers.
