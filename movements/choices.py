@@ -12,6 +12,11 @@ class NodeKind(LabelledChoices):
     MANUAL_GATE = "MANUAL_GATE", "Manual gate"
 
 
+# The API schema names the node-kind enum from these (value, label) pairs (settings'
+# ENUM_NAME_OVERRIDES: drf-spectacular reads a plain Enum's names as its labels).
+NODE_KINDS = NodeKind.choices
+
+
 class PolicyStatus(LabelledChoices):
     PROPOSED = "PROPOSED", "Proposed (waits for a second person)"
     ACTIVE = "ACTIVE", "Active"

@@ -208,6 +208,7 @@ def notify(
         lambda: _record(
             kind=kind,
             request_id=request.pk,
+            held=request,
             actor=actor,
             proposal=proposal,
             detail=detail or {},
@@ -216,9 +217,17 @@ def notify(
 
 
 def _record(
-    *, kind: str, request_id: Any, actor: Actor, proposal: OverrideProposal | None, detail: dict
+    *,
+    kind: str,
+    request_id: Any,
+    actor: Actor,
+    proposal: OverrideProposal | None,
+    detail: dict,
+    held: MovementRequest | None = None,
 ) -> list[Notification]:
-    movement = selectors.with_decision_facts(MovementRequest.objects.filter(pk=request_id)).first()
+    movement = _just_created(held) or (
+        selectors.with_decision_facts(MovementRequest.objects.filter(pk=request_id)).first()
+    )
     if movement is None:
         return []
     now = timezone.now()
@@ -259,6 +268,19 @@ def _record(
     Notification.objects.bulk_create(rows)
     outbox.queue_after_commit(SEND_TASK, [r.pk for r in rows if r.mode == Mode.IMMEDIATE])
     return rows
+
+
+def _just_created(held: MovementRequest | None) -> MovementRequest | None:
+    """A movement its create holds with the rows it wrote (``created_nodes``: nothing approved,
+    no attention yet) carries the facts the policies decide on without a read: the create's
+    answer is built from the same rows (issue 34)."""
+    nodes = getattr(held, "created_nodes", None)
+    if nodes is None:
+        return None
+    held.live_nodes = nodes
+    held.open_attentions_list = []
+    held.valid_approvals_list = []
+    return held
 
 
 def notifications_enqueue_due(*, limit: int = 500) -> int:

@@ -217,7 +217,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
-        "NodeKindEnum": "movements.models.NodeKind",
+        "NodeKindEnum": "movements.choices.NODE_KINDS",
         "EventKindEnum": "movements.models.MovementEvent.Kind",
     },
 }

@@ -390,6 +390,8 @@ def _receive(
     try:
         with transaction.atomic():
             nodes.extend(_build_plan(request, plan))
+            # Held from here: what the transitions' effects (notifications) read of it too.
+            _created(request, nodes)
             with batch() as writer:
                 set_request_state(
                     request=request,

@@ -627,8 +627,11 @@ def test_a_token_whose_chain_decimals_differ_from_the_config_is_refused_and_noth
 def test_a_worker_that_lost_the_nodes_lease_broadcasts_nothing(
     devchain, tokens, chain_config, fast_worker, creator, recipient, monkeypatch
 ):
+    import time
     from datetime import timedelta
+    from types import SimpleNamespace
 
+    from django.conf import settings
     from django.utils import timezone
 
     from movements.services.execution import leases
@@ -639,9 +642,16 @@ def test_a_worker_that_lost_the_nodes_lease_broadcasts_nothing(
     def paused_past_the_lease(self, timeout, then=None):
         if lost:
             return fence(self, timeout, then)
-        # This worker paused past its lease, right before the send.
+        # This worker paused past its lease, right before the send: the database's clock and
+        # the worker's own monotonic clock (which runs through a SIGSTOP) both moved on.
         MovementRequestNode.objects.filter(pk=self.node_id).update(
             lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
+        real = time.monotonic
+        monkeypatch.setattr(
+            leases,
+            "time",
+            SimpleNamespace(monotonic=lambda: real() + settings.QTG_LEASE_SECONDS),
         )
         lost.append(self.node_id)
         try:
