@@ -199,19 +199,27 @@ class IrisClient:
 
     # --- V2 endpoints ------------------------------------------------------------------------
 
+    def _answered(
+        self, method: str, path: str, evidence: dict[str, Any], *, refused: str
+    ) -> httpx.Response:
+        """Iris's 200 to ``method path``: a 5xx is transient, any other answer refuses
+        ``refused`` for good."""
+        response = self._send(method, path, evidence)
+        if response.status_code >= 500:
+            raise TransientError(f"Iris answered {response.status_code}", evidence=evidence)
+        if response.status_code != 200:
+            raise DeterministicError(
+                f"Iris refused {refused} ({response.status_code}): {response.text[:300]}",
+                evidence=evidence,
+            )
+        return response
+
     def fee_bps(self, source_domain: int, destination_domain: int) -> dict[int, Decimal]:
         """``GET /v2/burn/USDC/fees/{src}/{dst}``: the minimum fee (basis points of the amount)
         per finality threshold."""
         path = f"/v2/burn/USDC/fees/{int(source_domain)}/{int(destination_domain)}"
         evidence: dict[str, Any] = {"iris": self.base_url + path}
-        response = self._send("GET", path, evidence)
-        if response.status_code >= 500:
-            raise TransientError(f"Iris answered {response.status_code}", evidence=evidence)
-        if response.status_code != 200:
-            raise DeterministicError(
-                f"Iris refused the fee query ({response.status_code}): {response.text[:300]}",
-                evidence=evidence,
-            )
+        response = self._answered("GET", path, evidence, refused="the fee query")
         try:
             body = response.json()
             return {
@@ -225,15 +233,7 @@ class IrisClient:
         finalized, or an expired one with a new expiration)."""
         path = f"/v2/reattest/{nonce}"
         evidence: dict[str, Any] = {"iris": self.base_url + path}
-        response = self._send("POST", path, evidence)
-        if response.status_code >= 500:
-            raise TransientError(f"Iris answered {response.status_code}", evidence=evidence)
-        if response.status_code != 200:
-            raise DeterministicError(
-                f"Iris refused the re-attestation ({response.status_code}): {response.text[:300]}",
-                evidence=evidence,
-            )
-        return response.json()
+        return self._answered("POST", path, evidence, refused="the re-attestation").json()
 
     def messages(self, source_domain: int, tx_hash: str) -> list[IrisMessage]:
         """The messages ``tx_hash`` emitted on ``source_domain`` (empty while Iris knows none)."""
