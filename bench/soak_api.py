@@ -91,6 +91,12 @@ class Soak:
         self.created: list[str] = []
         self.keys: list[tuple[str, dict]] = []
         self.throttled_wait = 0.0
+        # Movements whose approve has not landed yet (throttled past its tries, or the
+        # connection failed): approved again before anything new, as a client that wants its
+        # money moved does. Left waiting, they would fill the client's pending limit
+        # (QTG_CLIENT_MAX_PENDING_COUNT) and every later create would be refused.
+        self.unapproved: collections.deque[str] = collections.deque()
+        self.approved = 0
 
     def call(self, client: httpx.Client, method: str, url: str, **kwargs):
         # A throttled call (429) is counted and then made again after the Retry-After the API
@@ -143,12 +149,21 @@ class Soak:
             return movement
         return None
 
+    def approve(self, movement: str) -> None:
+        response = self.call(self.approver, "POST", f"{API}{movement}/approve/", json={})
+        if response is None or response.status_code == 429:
+            self.unapproved.append(movement)
+        elif response.status_code == 200:
+            self.approved += 1
+
     def scenario(self) -> None:
+        if self.unapproved:
+            self.approve(self.unapproved.popleft())
         roll = random.random()
         if roll < 0.45:
             movement = self.create(fault=random.choice(FAULTS))
             if movement and random.random() < 0.9:
-                self.call(self.approver, "POST", f"{API}{movement}/approve/", json={})
+                self.approve(movement)
             elif movement:
                 self.call(self.creator, "POST", f"{API}{movement}/cancel/", json={"reason": "soak"})
         elif roll < 0.55:
@@ -258,6 +273,8 @@ def main() -> int:
             "JSONDecodeError_lines": decode_errors,
             "broker_files_quarantined": quarantined,
             "movements_created": len(soak.created),
+            "movements_approved": soak.approved,
+            "approves_not_landed": len(soak.unapproved),
             "movements_by_state": dict(states),
             "still_moving": sum(n for s, n in states.items() if s not in FINAL),
             "failed_by_reason": dict(reasons.most_common(8)),
