@@ -7,7 +7,7 @@ Starts the product as the README's first command does (migrate, seed the demo, w
 beat under the supervisor) in a scratch var directory on a free port, mints API tokens for the
 demo's ``admin`` (creates) and ``operator`` (approves: four-eyes), then loops over the API
 scenarios until the time is up: creates (every template the sandbox serves, each sandbox
-fault, replays of an Idempotency-Key, refusals), approvals, cancels, reads of the list, the
+fault, replays of an Idempotency-Key, refusals), approvals, rejections, reads of the list, the
 detail, a movement's events and the event feed, and /health/ready (a 503 there is reported
 with its failing checks, not as a server error). At the end it waits for the approved
 movements to settle and reports: requests by status, server errors (5xx), refused
@@ -91,12 +91,12 @@ class Soak:
         self.created: list[str] = []
         self.keys: list[tuple[str, dict]] = []
         self.throttled_wait = 0.0
-        # Movements whose approve has not landed yet (throttled past its tries, or the
-        # connection failed): approved again before anything new, as a client that wants its
-        # money moved does. Left waiting, they would fill the client's pending limit
+        # Decisions that have not landed yet (throttled past their tries, or the connection
+        # failed): made again before anything new, as an operator who wants the money moved
+        # does. Left waiting, the movements would fill the client's pending limit
         # (QTG_CLIENT_MAX_PENDING_COUNT) and every later create would be refused.
-        self.unapproved: collections.deque[str] = collections.deque()
-        self.approved = 0
+        self.undecided: collections.deque[tuple[str, str]] = collections.deque()
+        self.decided: collections.Counter[str] = collections.Counter()
 
     def call(self, client: httpx.Client, method: str, url: str, **kwargs):
         # A throttled call (429) is counted and then made again after the Retry-After the API
@@ -149,23 +149,27 @@ class Soak:
             return movement
         return None
 
-    def approve(self, movement: str) -> None:
-        response = self.call(self.approver, "POST", f"{API}{movement}/approve/", json={})
+    def decide(self, verb: str, movement: str) -> None:
+        """Approve or reject ``movement`` as the operator (four-eyes: not its creator)."""
+        body = {"reason": "soak"} if verb == "reject" else {}
+        response = self.call(self.approver, "POST", f"{API}{movement}/{verb}/", json=body)
         if response is None or response.status_code == 429:
-            self.unapproved.append(movement)
+            self.undecided.append((verb, movement))
         elif response.status_code == 200:
-            self.approved += 1
+            self.decided[verb] += 1
 
     def scenario(self) -> None:
-        if self.unapproved:
-            self.approve(self.unapproved.popleft())
+        if self.undecided:
+            self.decide(*self.undecided.popleft())
         roll = random.random()
         if roll < 0.45:
             movement = self.create(fault=random.choice(FAULTS))
             if movement and random.random() < 0.9:
-                self.approve(movement)
+                self.decide("approve", movement)
             elif movement:
-                self.call(self.creator, "POST", f"{API}{movement}/cancel/", json={"reason": "soak"})
+                # A movement awaiting approval is rejected, not cancelled (the spec's only ways
+                # out of PENDING_APPROVAL are APPROVED, REJECTED and EXPIRED).
+                self.decide("reject", movement)
         elif roll < 0.55:
             self.create(fault=None, replay=True)
         elif roll < 0.6:  # refused at validation: an unknown template, a bad amount
@@ -273,8 +277,9 @@ def main() -> int:
             "JSONDecodeError_lines": decode_errors,
             "broker_files_quarantined": quarantined,
             "movements_created": len(soak.created),
-            "movements_approved": soak.approved,
-            "approves_not_landed": len(soak.unapproved),
+            "movements_approved": soak.decided["approve"],
+            "movements_rejected": soak.decided["reject"],
+            "decisions_not_landed": len(soak.undecided),
             "movements_by_state": dict(states),
             "still_moving": sum(n for s, n in states.items() if s not in FINAL),
             "failed_by_reason": dict(reasons.most_common(8)),

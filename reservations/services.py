@@ -241,7 +241,8 @@ def _check_client(
     if count >= limits.max_count:
         raise ReservationRefused(
             f"{limits.max_count} movements of yours already await approval: the most a client "
-            f"may have waiting; approve, reject or cancel one first",
+            f"may have waiting; a new one is accepted once one of them is approved, rejected or "
+            f"expires",
             details={"limit": "client_pending_count", "max_pending_count": limits.max_count},
         )
     for i, cap in enumerate(caps):
