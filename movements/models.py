@@ -142,6 +142,11 @@ class MovementRequest(ConcurrentTransitionMixin, RequestStateMachine):
         ]
         indexes = [
             models.Index(fields=["request_state", "created_at"]),
+            # The home page: what waits longest in a state (the queue), what completed lately
+            # (the charts).
+            models.Index(
+                fields=["request_state", "state_changed_at"], name="movement_state_since_idx"
+            ),
             # Operators search by a client's key without knowing the client.
             models.Index(fields=["idempotency_key"], name="movement_idempotency_key_idx"),
         ]
