@@ -90,3 +90,20 @@ def test_the_list_checkbox_is_exactly_djangos(rf, op, make_movement):
 
     # then they are the same HTML
     assert str(ours) == str(djangos)
+
+
+@pytest.mark.parametrize("model", ["MovementRequest", "MovementRequestNode"])
+def test_the_state_fields_read_once_per_class_are_django_fsms(db, model):
+    from django_fsm import ConcurrentTransitionMixin
+
+    from movements import models
+
+    # given a movement model, which remembers its FSM fields per class
+    instance = getattr(models, model)()
+
+    # when its state fields are asked, and django-fsm-2's own filter is asked
+    ours = list(instance.state_fields)
+    fsms = list(ConcurrentTransitionMixin.state_fields.fget(instance))
+
+    # then they are the same fields
+    assert ours == fsms and len(ours) == 1
