@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from callbacks.models import Delivery, DeliveryStatus, Subscription
 from movements import policies, selectors
-from movements.admin.actions import Situation, available_actions
+from movements.admin.actions import PageActor, Situation, available_actions
 from movements.admin.filters import needs_me_count
 from movements.models import (
     AttentionReason,
@@ -51,7 +51,6 @@ from movements.states import (
 )
 from ops.models import GaugeSnapshot
 from ops.status import held_money
-from qtg.core.actors import Actor
 from venues.cex.models import CexClock, CexRateBucket
 from venues.models import ChainTransaction, TxState
 
@@ -101,17 +100,22 @@ def _why(movement: MovementRequest, now: datetime) -> tuple[str, datetime]:
 def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
     """What ``user`` can act on now, oldest first."""
     now = now or timezone.now()
-    actor = Actor.for_user(user)
+    actor = PageActor.for_user(user)
     groups = tuple(actor_groups(actor))
     # The list's "needs me" (a state that waits for a person, or an open attention entry) read
     # as two indexed queries: one OR with the attention EXISTS would scan every movement.
-    waiting = list(
-        MovementRequest.objects.filter(request_state__in=sorted(ATTENTION_REQUEST_STATES))
-        # Four-eyes: nobody approves their own movement; leave those out before asking.
-        .exclude(request_state=RequestState.PENDING_APPROVAL, created_by=user)
-        .order_by("state_changed_at", "pk")
-        .values_list("pk", flat=True)[:QUEUE_CANDIDATES]
-    )
+    # The oldest of each waiting state along the (state, since) index, merged: one query with
+    # the three states would sort every waiting movement to find the oldest.
+    oldest = []
+    for state in sorted(ATTENTION_REQUEST_STATES):
+        in_state = MovementRequest.objects.filter(request_state=state)
+        if state == RequestState.PENDING_APPROVAL:
+            # Four-eyes: nobody approves their own movement; leave those out before asking.
+            in_state = in_state.exclude(created_by=user)
+        oldest += in_state.order_by("state_changed_at", "pk").values_list("state_changed_at", "pk")[
+            :QUEUE_CANDIDATES
+        ]
+    waiting = [pk for _, pk in sorted(oldest)[:QUEUE_CANDIDATES]]
     flagged = list(
         MovementAttention.objects.filter(resolved_at__isnull=True)
         .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
@@ -126,7 +130,7 @@ def my_queue(user: Any, *, now: datetime | None = None) -> list[QueueItem]:
     items = []
     for movement in candidates:
         offered = available_actions(
-            Situation.of(movement, movement.live_nodes, user, groups=groups)
+            Situation.of(movement, movement.live_nodes, user, groups=groups, actor=actor)
         )
         if not offered:
             continue

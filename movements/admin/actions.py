@@ -7,7 +7,7 @@ policy has no refusal for the user and explains a refusal with it; the service c
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -278,6 +278,21 @@ def _resolve(
 
 
 @dataclass(frozen=True)
+class PageActor(Actor):
+    """The signed-in user's actor for one page that asks every row's policies (the list, the
+    home page's queue): each permission is asked of Django once and its answer kept for the
+    page, as Django keeps the user's permissions themselves (``_perm_cache``), instead of
+    walking the authentication backends for every action of every row."""
+
+    answers: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+
+    def has_perm(self, perm: str) -> bool:
+        if perm not in self.answers:
+            self.answers[perm] = super().has_perm(perm)
+        return self.answers[perm]
+
+
+@dataclass(frozen=True)
 class Situation:
     """What the console knows when it asks an action's policy: who asks, the movement, its live
     nodes, the time, and (when the operator picks one) the node; the other facts a policy
@@ -299,8 +314,10 @@ class Situation:
         user: Any,
         *,
         groups: tuple[str, ...] | None = None,
+        actor: Actor | None = None,
     ) -> "Situation":
-        return cls(Actor.for_user(user), movement, nodes, timezone.now(), known_groups=groups)
+        actor = actor or Actor.for_user(user)
+        return cls(actor, movement, nodes, timezone.now(), known_groups=groups)
 
     @cached_property
     def approvals(self) -> list[Any]:

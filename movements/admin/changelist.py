@@ -12,8 +12,10 @@ from datetime import UTC
 from decimal import Decimal
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import StreamingHttpResponse
@@ -22,13 +24,16 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
+from django.utils.translation import gettext
 
 from movements import policies, selectors
-from movements.admin.actions import ReasonForm, Situation, available_actions
+from movements.admin.actions import PageActor, ReasonForm, Situation, available_actions
 from movements.admin.filters import (
+    NEEDS_ME,
     AssetFilter,
     CreatedRangeFilter,
     CreatorFilter,
+    NeedsMePaginator,
     StateFilter,
     TemplateFilter,
     VenueFilter,
@@ -112,10 +117,16 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
     def get_changelist(self, request, **kwargs):
         return MovementChangeList
 
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        if request.GET.get(StateFilter.parameter_name) == NEEDS_ME:
+            return NeedsMePaginator(queryset, per_page, orphans, allow_empty_first_page)
+        return super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+
     def get_list_display(self, request):
         user = request.user
         # Read once for the page: the approve action of every row asks for them.
         groups = tuple(selectors.actor_groups(Actor.for_user(user)))
+        actor = PageActor.for_user(user)
 
         @admin.display(description="actions")
         def row_actions(movement):
@@ -131,7 +142,9 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
                         self._action_url(movement, a.name),
                         a.label,
                     )
-                    for a in available_actions(Situation.of(movement, nodes, user, groups=groups))
+                    for a in available_actions(
+                        Situation.of(movement, nodes, user, groups=groups, actor=actor)
+                    )
                 ),
             )
 
@@ -145,6 +158,16 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             "in_state",
             "reason",
             "frontier",
+        )
+
+    def action_checkbox(self, obj):
+        """The row's checkbox, exactly as Django's ``action_checkbox`` renders it, written out
+        instead of rendered through the form widget's template once per row."""
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            format_html(gettext("Select this object for an action - {}"), str(obj)),
         )
 
     @admin.display(description="id", ordering="id")
@@ -223,7 +246,9 @@ class MovementChangelistAdmin(ReadOnlyModelAdmin):
             | Q(asset=term.upper())
             | Q(source=term)
             | Q(destination=term)
-            | Q(created_by__username=term)
+            # The creator by id, not through a join with the users: a join under the OR would
+            # read every movement (and so would the paginator's count).
+            | Q(created_by__in=get_user_model().objects.filter(username=term).values("pk"))
         )
         try:
             match |= Q(pk=uuid.UUID(term))

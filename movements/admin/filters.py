@@ -1,9 +1,11 @@
 """Changelist filters of the operator console: state (with "needs me") and a date range."""
 
 from datetime import date, datetime, time, timedelta
+from functools import cached_property
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
@@ -37,6 +39,26 @@ def needs_me_count() -> int:
         .count()
     )
     return MovementRequest.objects.filter(request_state__in=waiting).count() + flagged
+
+
+class NeedsMePaginator(Paginator):
+    """The pages of a list filtered by ``needs_me_q`` (and whatever else), counted as two
+    indexed counts, as ``needs_me_count`` does: the rows in a waiting state, plus the others,
+    which match through an open attention entry and are found from those entries. One count
+    of the OR would probe every movement for its attention entries; the page itself reads
+    along the list's order and stops when it is full."""
+
+    @cached_property
+    def count(self) -> int:
+        waiting = sorted(ATTENTION_REQUEST_STATES)
+        entries = MovementAttention.objects.filter(resolved_at__isnull=True)
+        in_state = self.object_list.filter(request_state__in=waiting).count()
+        flagged = (
+            self.object_list.exclude(request_state__in=waiting)
+            .filter(pk__in=entries.values("request_id"))
+            .count()
+        )
+        return in_state + flagged
 
 
 class StateFilter(admin.SimpleListFilter):
