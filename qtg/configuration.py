@@ -664,6 +664,14 @@ VARIABLES: list[Var] = [
         doc="The reviewed chain configuration.",
     ),
     v(
+        "QTG_EVM_MAX_IN_FLIGHT",
+        "count",
+        "64",
+        section=VENUES,
+        doc="Most nonces of one EVM sender allocated and not yet mined (its transfers are "
+        "sent without waiting for each other's receipts up to it; geth queues 64 per account).",
+    ),
+    v(
         "QTG_IRIS_REQUESTS_PER_SECOND",
         "number",
         "35",

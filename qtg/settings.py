@@ -355,6 +355,9 @@ INSTALLED_APPS.append("venues")
 # Where a name is provided by both the sandbox and the venues app and QTG_EXECUTORS is silent.
 QTG_EXECUTOR_DEFAULT_PROVIDER = "sandbox" if QTG_VENUES == "off" else "venues"
 QTG_CHAINS_CONFIG = env("QTG_CHAINS_CONFIG", "")
+# At most this many nonces of one EVM sender allocated and not yet mined (pipelined sends:
+# a sender's transfers do not wait for each other's receipts, up to this bound).
+QTG_EVM_MAX_IN_FLIGHT = int(env("QTG_EVM_MAX_IN_FLIGHT", "64"))
 QTG_EXCHANGES_CONFIG = env("QTG_EXCHANGES_CONFIG", "")
 # Circle's attestation API (Iris) answers 429 and blocks a caller for 5 minutes past this many
 # requests in a second; every worker shares one bucket that stays below it.

@@ -2,7 +2,10 @@
 bumps), built, signed once, broadcast, looked at, and decided by a pure policy.
 
 - ``build``: what is moved (``Transfer``, ``ContractCall``), its CREATED transaction at a
-  nonce from QTG's allocator with a gas estimate and the chain's fees;
+  nonce from QTG's allocator with a gas estimate and the chain's fees; pipelined: a sender's
+  next nonce does not wait for the previous one's receipt, but at most
+  ``QTG_EVM_MAX_IN_FLIGHT`` of its nonces are allocated and not mined at once (past it the
+  node waits for a block, nothing taken);
 - ``sign``: the bytes and hash stored (SIGNED) before anything is broadcast, never re-signed;
 - ``broadcast``: the stored bytes to the node, its answer classified; a lost answer is
   ambiguous (UNKNOWN, recovery looks the hash up), never a failure;

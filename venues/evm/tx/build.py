@@ -7,14 +7,20 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
-from movements.executors.base import DeterministicError, ExecutionContext, TransientError
+from movements.executors.base import (
+    DeterministicError,
+    ExecutionContext,
+    TransientError,
+    VenueWait,
+)
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
 from venues.evm.tx.common import ACTOR, S, chain_of, rpc_read, stored_fields
 from venues.models import ChainTransaction
-from venues.nonces import nonce_allocate
+from venues.nonces import InFlightFull, nonce_allocate
 from venues.signing import Signer, signer_for
 from venues.transactions import chain_transaction_create
 
@@ -207,12 +213,36 @@ def create_with_new_nonce(
     evidence: dict[str, Any],
 ) -> ChainTransaction:
     """A CREATED transaction of ``call`` (to, value, data) at the sender's next nonce, with
-    the chain's fees now: the nonce is allocated in the transaction that records it."""
+    the chain's fees now: the nonce is allocated in the transaction that records it.
+
+    Pipelined: the sender's earlier transactions need not be mined first, but at most
+    ``QTG_EVM_MAX_IN_FLIGHT`` of its nonces are allocated and not mined at once (counted
+    from the chain's mined count under the nonce cursor's lock); past it nothing is taken and
+    the node waits for a block (``VenueWait``: not counted as a venue error)."""
     _, max_fee, tip = fees(w3, chain)
     chain_next = rpc_read("nonce", w3.eth.get_transaction_count, sender, "pending")
+    chain_mined = rpc_read("nonce", w3.eth.get_transaction_count, sender, "latest")
     head = rpc_read("block number", lambda: w3.eth.block_number)
     with transaction.atomic():
-        nonce = nonce_allocate(chain=chain.name, sender=sender, chain_next=chain_next)
+        try:
+            nonce = nonce_allocate(
+                chain=chain.name,
+                sender=sender,
+                chain_next=chain_next,
+                chain_mined=chain_mined,
+                max_in_flight=settings.QTG_EVM_MAX_IN_FLIGHT,
+            )
+        except InFlightFull as full:
+            raise VenueWait(
+                f"{sender} on {chain.name}: {full}; waiting for a block",
+                evidence={
+                    "in_flight": full.in_flight,
+                    "max_in_flight": full.limit,
+                    "next_nonce": full.next_nonce,
+                    "chain_mined": full.chain_mined,
+                },
+                retry_after=chain.block_seconds,
+            ) from None
         unsigned = {
             "chainId": chain.chain_id,
             "nonce": nonce,
