@@ -137,7 +137,7 @@ def test_worker_kills_and_a_lagging_backend_leave_balances_matching_the_complete
             "tx_hash", flat=True
         ):
             if tx_hash not in lagged:
-                proxy.lag_lookups(tx_hash, seconds=8)
+                proxy.lag_lookups(tx_hash, seconds=15)
                 lagged.add(tx_hash)
 
     # Two workers that SIGKILL themselves at a crash point (QTG_EVM_CRASH_AT), one after the
