@@ -9,48 +9,24 @@ warm answers with the target beside them (a load balancer's probe: /health/ready
 """
 
 import argparse
+import contextlib
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.ops.test_production_smoke import TOKEN, free_port, production_env, stop  # noqa: E402
+from tests.ops.test_health_down import (  # noqa: E402
+    silently_listening,
+    timed_get,
+    web_with_dependencies_at,
+)
+from tests.ops.test_production_smoke import TOKEN  # noqa: E402
 
 READY_TARGET_SECONDS = 1.0
-
-
-def silent_port() -> tuple[socket.socket, int]:
-    """A TCP port that accepts connections and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-
-    def accept() -> None:
-        held = []
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server, server.getsockname()[1]
-
-
-def timed(url: str, **kwargs) -> tuple[int, float]:
-    started = time.monotonic()
-    response = httpx.get(url, timeout=90, **kwargs)
-    return response.status_code, time.monotonic() - started
 
 
 def spread(values: list[float]) -> str:
@@ -58,41 +34,17 @@ def spread(values: list[float]) -> str:
     return " / ".join(f"{v * 1000:.0f}" for v in (min(values), middle, max(values)))
 
 
+def timed(url: str, **kwargs) -> tuple[int, float]:
+    response, seconds = timed_get(url, **kwargs)
+    return response.status_code, seconds
+
+
 def measure(mode: str, repeat: int) -> None:
-    server = None
-    if mode == "hanging":
-        server, port = silent_port()
-    else:
-        port = 1  # nothing listens there: connections are refused
-    tmp = Path(tempfile.mkdtemp(prefix="qtg-health-bench-"))
-    web = free_port()
-    env = production_env(
-        tmp,
-        DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/qtg_down",
-        CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
-    )
-    process = subprocess.Popen(
-        [
-            *("gunicorn", "qtg.wsgi:application", "--config", "python:qtg.gunicorn_conf"),
-            *("--bind", f"127.0.0.1:{web}", "--workers", "1", "--timeout", "60"),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=(tmp / "web.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{web}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                httpx.get(f"{base}/health/live", timeout=5)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise SystemExit((tmp / "web.log").read_text()[-3000:]) from None
-                time.sleep(0.3)
+    with contextlib.ExitStack() as stack:
+        # "refusing": nothing listens at port 1; "hanging": a port that never answers.
+        port = stack.enter_context(silently_listening()) if mode == "hanging" else 1
+        tmp = Path(tempfile.mkdtemp(prefix="qtg-health-bench-"))
+        base = stack.enter_context(web_with_dependencies_at(tmp, port))
         first_status, first = timed(f"{base}/health/ready")
         live, ready, scrape, statuses = [], [], [], set()
         for _ in range(repeat):
@@ -105,10 +57,6 @@ def measure(mode: str, repeat: int) -> None:
         status, seconds = timed(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         statuses.add(("metrics", status))
         scrape.append(seconds)
-    finally:
-        stop(process)
-        if server is not None:
-            server.close()
     ok = statistics.median(ready) < READY_TARGET_SECONDS
     print(f"database and broker {mode}: answers {sorted(statuses)}")
     print(f"  /health/live     {spread(live)} ms")

@@ -8,6 +8,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,9 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.self_contained]
 CONNECT_TIMEOUT_SECONDS = 5
 
 
-@pytest.fixture
-def silent_port():
-    """A TCP port that accepts connections and never answers."""
+@contextmanager
+def silently_listening() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (bench/health_down.py too)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(64)
@@ -37,18 +40,21 @@ def silent_port():
                 return
 
     threading.Thread(target=accept, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
-    for conn in accepted:
-        conn.close()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
 
 
-@pytest.fixture(params=["refusing", "hanging"])
-def web_without_dependencies(request, tmp_path):
-    port = request.getfixturevalue("silent_port") if request.param == "hanging" else 1
+@contextmanager
+def web_with_dependencies_at(tmp: Path, port: int) -> Iterator[str]:
+    """A production gunicorn whose database and broker are at ``port`` on the loopback (1:
+    refused), serving once /health/live answers; its base URL (bench/health_down.py too)."""
     web = free_port()
     env = production_env(
-        tmp_path,
+        tmp,
         DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/qtg_down",
         CELERY_BROKER_URL=f"redis://127.0.0.1:{port}/0",
     )
@@ -60,7 +66,7 @@ def web_without_dependencies(request, tmp_path):
         ],
         cwd=ROOT,
         env=env,
-        stdout=(tmp_path / "web.log").open("w"),
+        stdout=(tmp / "web.log").open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
@@ -72,11 +78,25 @@ def web_without_dependencies(request, tmp_path):
                 httpx.get(f"{base}/health/live", timeout=5)
                 break
             except httpx.TransportError:
-                assert time.monotonic() < deadline, (tmp_path / "web.log").read_text()[-3000:]
+                if time.monotonic() >= deadline:
+                    raise AssertionError((tmp / "web.log").read_text()[-3000:]) from None
                 time.sleep(0.3)
-        yield base, tmp_path
+        yield base
     finally:
         stop(process)
+
+
+@pytest.fixture
+def silent_port():
+    with silently_listening() as port:
+        yield port
+
+
+@pytest.fixture(params=["refusing", "hanging"])
+def web_without_dependencies(request, tmp_path):
+    port = request.getfixturevalue("silent_port") if request.param == "hanging" else 1
+    with web_with_dependencies_at(tmp_path, port) as base:
+        yield base, tmp_path
 
 
 def timed_get(url: str, **kwargs) -> tuple[httpx.Response, float]:
