@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
@@ -24,41 +24,32 @@ def needs_me_q() -> Q:
     return Q(request_state__in=sorted(ATTENTION_REQUEST_STATES)) | needing_attention_q()
 
 
-def needs_me_count() -> int:
-    """How many movements ``needs_me_q`` selects, counted as two indexed counts (the OR with
-    the attention EXISTS would scan every movement): the waiting states, plus the movements
-    in any other state with an open, unsnoozed attention entry."""
+def needs_me_count(movements: QuerySet | None = None) -> int:
+    """How many of ``movements`` (every movement by default) ``needs_me_q`` selects, counted
+    as two indexed counts (the OR with the attention EXISTS would probe every movement for its
+    entries): the waiting states, plus the movements in any other state with an open,
+    unsnoozed attention entry, found from those entries."""
+    movements = MovementRequest.objects.all() if movements is None else movements
     now = timezone.now()
     waiting = sorted(ATTENTION_REQUEST_STATES)
+    entries = MovementAttention.objects.filter(resolved_at__isnull=True).filter(
+        Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now)
+    )
     flagged = (
-        MovementAttention.objects.filter(resolved_at__isnull=True)
-        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
-        .exclude(request__request_state__in=waiting)
-        .values("request_id")
-        .distinct()
+        movements.exclude(request_state__in=waiting)
+        .filter(pk__in=entries.values("request_id"))
         .count()
     )
-    return MovementRequest.objects.filter(request_state__in=waiting).count() + flagged
+    return movements.filter(request_state__in=waiting).count() + flagged
 
 
 class NeedsMePaginator(Paginator):
-    """The pages of a list filtered by ``needs_me_q`` (and whatever else), counted as two
-    indexed counts, as ``needs_me_count`` does: the rows in a waiting state, plus the others,
-    which match through an open attention entry and are found from those entries. One count
-    of the OR would probe every movement for its attention entries; the page itself reads
-    along the list's order and stops when it is full."""
+    """The pages of a list filtered by ``needs_me_q`` (and whatever else), counted by
+    ``needs_me_count``; the page itself reads along the list's order and stops when full."""
 
     @cached_property
     def count(self) -> int:
-        waiting = sorted(ATTENTION_REQUEST_STATES)
-        entries = MovementAttention.objects.filter(resolved_at__isnull=True)
-        in_state = self.object_list.filter(request_state__in=waiting).count()
-        flagged = (
-            self.object_list.exclude(request_state__in=waiting)
-            .filter(pk__in=entries.values("request_id"))
-            .count()
-        )
-        return in_state + flagged
+        return needs_me_count(self.object_list)
 
 
 class StateFilter(admin.SimpleListFilter):
