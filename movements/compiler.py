@@ -7,6 +7,8 @@ validated template to one request's fields and params and yields an immutable pl
 Both are pure: they read no database rows and write nothing.
 """
 
+import copy
+import functools
 import hashlib
 import re
 from collections import deque
@@ -374,10 +376,23 @@ def compile_plan(
 
 
 def load_template_file(path: Path) -> tuple[dict[str, Any], str]:
-    """Read, parse and validate one YAML file; return (normalised template, sha256)."""
+    """Read, parse and validate one YAML file; return (normalised template, sha256). The file
+    is read every time; the same bytes are parsed once per process (``_parse``), and validated
+    every time (the executors it names may be registered or not since)."""
     raw = Path(path).read_bytes()
     try:
-        parsed = yaml.safe_load(raw)
+        parsed = copy.deepcopy(_parse(raw))
     except yaml.YAMLError as exc:
         raise TemplateInvalid(f"route template {Path(path).name}: not valid YAML ({exc})") from exc
     return validate_template(parsed), hashlib.sha256(raw).hexdigest()
+
+
+# libyaml's parser where PyYAML was built with it (several times faster), else PyYAML's own.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(raw: bytes) -> Any:
+    """The YAML of a template file, parsed once per content: every movement created on a
+    fresh table (each test, a new deployment) loads every file again. Callers get a copy."""
+    return yaml.load(raw, Loader=_SafeLoader)

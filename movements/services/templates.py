@@ -3,7 +3,6 @@
 from pathlib import Path
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
 
 from movements.compiler import load_template_file
 from movements.models import RouteTemplate
@@ -17,31 +16,32 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
     immutable once loaded, because requests refer to it.
     """
     directory = Path(directory or settings.QTG_ROUTE_TEMPLATE_DIR)
+    files = [(path, *load_template_file(path)) for path in sorted(directory.glob("*.yaml"))]
+    wanted = [(definition["key"], definition["version"]) for _, definition, _ in files]
+    rows = _rows(wanted)
+    missing = [
+        RouteTemplate(
+            key=definition["key"],
+            version=definition["version"],
+            checksum=checksum,
+            name=definition["name"],
+            description=definition["description"],
+            definition=definition,
+            source_path=str(path.relative_to(settings.BASE_DIR))
+            if path.is_relative_to(settings.BASE_DIR)
+            else str(path),
+        )
+        for path, definition, checksum in files
+        if (definition["key"], definition["version"]) not in rows
+    ]
+    if missing:
+        # In one statement; a version another process loaded at the same moment is kept
+        # (the unique key and version), and compared below like any loaded one.
+        RouteTemplate.objects.bulk_create(missing, ignore_conflicts=True)
+        rows = _rows(wanted)
     loaded = []
-    for path in sorted(directory.glob("*.yaml")):
-        definition, checksum = load_template_file(path)
-        existing = RouteTemplate.objects.filter(
-            key=definition["key"], version=definition["version"]
-        ).first()
-        if existing is None:
-            try:
-                with transaction.atomic():
-                    existing = RouteTemplate.objects.create(
-                        key=definition["key"],
-                        version=definition["version"],
-                        checksum=checksum,
-                        name=definition["name"],
-                        description=definition["description"],
-                        definition=definition,
-                        source_path=str(path.relative_to(settings.BASE_DIR))
-                        if path.is_relative_to(settings.BASE_DIR)
-                        else str(path),
-                    )
-            except IntegrityError:
-                # Another process loaded the same version at the same moment.
-                existing = RouteTemplate.objects.get(
-                    key=definition["key"], version=definition["version"]
-                )
+    for _, definition, checksum in files:
+        existing = rows[(definition["key"], definition["version"])]
         if existing.checksum != checksum:
             raise TemplateInvalid(
                 f"route template {definition['key']} v{definition['version']} changed since it "
@@ -50,6 +50,12 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
             )
         loaded.append(existing)
     return loaded
+
+
+def _rows(wanted: list[tuple[str, int]]) -> dict[tuple[str, int], RouteTemplate]:
+    """The loaded rows of these (key, version) pairs, by pair."""
+    found = RouteTemplate.objects.filter(key__in={key for key, _ in wanted})
+    return {(row.key, row.version): row for row in found if (row.key, row.version) in wanted}
 
 
 def route_templates_ensure_loaded() -> None:
