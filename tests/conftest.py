@@ -85,11 +85,20 @@ def pytest_collection_modifyitems(config, items):
     same = pytest.mark.skip(
         reason="self-contained: identical on every run; the embedded run has it"
     )
+    # The console in a real Chromium drives the same views the Django test client drives on
+    # every run (tests/admin/, their queries on each backend): the browser adds the pages'
+    # own behaviour (links, buttons, scripts), which is the same whatever the database, and
+    # costs minutes of CPU. The embedded run (the README's `make test`) has it.
+    in_browser = pytest.mark.skip(
+        reason="browser: the same pages on every run; the embedded run drives them in Chromium"
+    )
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
         if "self_contained" in item.keywords and not embedded_run:
             item.add_marker(same)
+        if "browser" in item.keywords and not embedded_run:
+            item.add_marker(in_browser)
     devchain_items = [item for item in items if "devchain" in item.keywords]
     if devchain_items:
         reason = devchain_missing_reason()
