@@ -602,6 +602,12 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=20)
     parser.add_argument("--profile", action="store_true", help="cProfile the lane in-process")
     parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="statements per action-node dispatch by phase, for --movements movements",
+    )
+    parser.add_argument("--sql", action="store_true", help="with --statements: print them")
+    parser.add_argument(
         "--peak", type=float, help="skip the throughput runs: latency at half this peak"
     )
     args = parser.parse_args()
@@ -616,6 +622,9 @@ def main() -> None:
     try:
         if args.profile:
             profile(args.movements)
+            return
+        if args.statements:
+            statements_by_phase(args.movements, args.sql)
             return
         sitting(args, database)
     finally:
@@ -751,6 +760,116 @@ def run_services_quiet(n: int) -> None:
         execution.dispatch_ready_nodes(owner=owner, limit=10_000)
         execution.observe_submitted_nodes(owner=owner, limit=10_000)
         execution.recover_unknown_nodes(owner=owner, limit=10_000)
+
+
+# --- statements per dispatch, by phase ------------------------------------------------------
+
+# Where a statement is counted: the innermost of these calls running when it is sent.
+# (module, attribute, phase); patched for ``--statements`` only.
+PHASES = (
+    ("movements.services.execution.sweeps", "claim_ready_nodes", "claim"),
+    ("movements.services.execution.claims", "void_changed_approvals", "claim: approvals"),
+    ("movements.services.execution.runs", "_submit_now", "CAS to SUBMITTING"),
+    ("movements.services.execution.results", "apply_results", "result write"),
+    ("movements.services.execution.runs", "apply_results", "result write"),
+    ("callbacks.services", "_record_events", "result: callbacks"),
+    ("callbacks.services", "_insert_events", "result: callbacks"),
+    ("callbacks.services", "events_publish", "feed publish"),
+    ("movements.services.execution.sweeps", "reap_expired_leases", "sweep: reaper"),
+)
+
+
+class PhaseCounter:
+    """Statements (and their SQL) by the innermost phase running when each was sent."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.sql: dict[str, list[str]] = {}
+
+    def install(self) -> None:
+        import importlib
+
+        for module_name, name, phase in PHASES:
+            module = importlib.import_module(module_name)
+            setattr(module, name, self._phased(getattr(module, name), phase))
+
+    def _phased(self, fn, phase: str):
+        def phased(*args, **kwargs):
+            self.stack.append(phase)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.stack.pop()
+
+        return phased
+
+    def __call__(self, execute, sql, params, many, context):
+        # The sandbox venue keeps its books in the same database: not the service's statements.
+        phase = "venue (sandbox)" if VENUE.depth else self.stack[-1] if self.stack else "sweep"
+        statements = len(params) if many else 1
+        self.counts[phase] = self.counts.get(phase, 0) + statements
+        self.sql.setdefault(phase, []).append(f"{statements}x {sql[:150]}")
+        return execute(sql, params, many, context)
+
+
+def statements_by_phase(n: int, verbose: bool) -> None:
+    """Run ``n`` approved movements through cex_to_cex one sweep at a time (dispatch, then
+    observe, then recover), each node claimed alone, and print the statements per action-node
+    dispatch by phase (the dispatch sweeps), and those of the observe and recover sweeps."""
+    from movements.services.execution import sweeps
+
+    requests = setup_movements(n, "statements")
+    counter = PhaseCounter()
+    counter.install()
+    VENUE.install()
+    watermark = event_watermark()
+    owner = execution.worker_identity()
+    swept: dict[str, dict[str, int]] = {}
+    with connection.execute_wrapper(counter):
+        while unfinished(requests):
+            for name, sweep in (
+                ("dispatch", sweeps.dispatch_ready_nodes),
+                ("observe", sweeps.observe_submitted_nodes),
+                ("recover", sweeps.recover_unknown_nodes),
+            ):
+                before = dict(counter.counts)
+                sweep(owner=owner, limit=10_000)
+                into = swept.setdefault(name, {})
+                for phase, count in counter.counts.items():
+                    into[phase] = into.get(phase, 0) + count - before.get(phase, 0)
+    claimed = node_transitions_since(watermark).filter(old_state="READY")
+    actions = claimed.filter(node__kind="ACTION").count()
+    dispatches = claimed.count()
+    print(
+        f"statements           {n} movement(s) through cex_to_cex, one sweep at a time: "
+        f"{dispatches} node dispatches ({actions} of action nodes); claim sizes "
+        f"{settings.QTG_CLAIM_BATCH_MIN}..{settings.QTG_CLAIM_BATCH}"
+    )
+    print("                     (BEGIN/COMMIT not counted; a phase's count excludes the")
+    print("                     phases nested in it, e.g. result write excludes its callbacks)")
+    for name, phases in swept.items():
+        total = sum(phases.values())
+        if not total:
+            continue
+        print(
+            f"{name + ' sweeps':<21}{total:5d} statements, {total / dispatches:6.2f} per dispatch"
+        )
+        for phase, count in sorted(phases.items(), key=lambda item: -item[1]):
+            if count:
+                print(f"  {phase:<22}{count:5d}             {count / dispatches:6.2f}")
+    service = sum(
+        count
+        for phases in swept.values()
+        for phase, count in phases.items()
+        if phase != "venue (sandbox)"
+    )
+    print(f"service statements   {service / dispatches:.2f} per node dispatch, all sweeps")
+    if verbose:
+        for phase, sql in counter.sql.items():
+            print(f"\n[{phase}]")
+            for line in sql:
+                print(f"  {line}")
 
 
 def profile(n: int) -> None:
