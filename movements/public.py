@@ -40,9 +40,16 @@ def movement_payload(movement: MovementRequest) -> dict[str, Any]:
 def movement_payloads(movements: list[MovementRequest]) -> dict[Any, dict[str, Any]]:
     """``movement_payload`` of several movements, read together (by movement id); a movement
     whose service holds its details (``movements.selectors.details_held``) is shown from them,
-    as written so far, without reading it again."""
+    as written so far, without reading it again; one whose service holds its rows
+    (``movements.selectors.rows_held``) from them and what is read beside them."""
     from movements.api.serializers import MovementSerializer, shared_serializer
-    from movements.selectors import DETAILS_HELD, movements_with_details
+    from movements.selectors import (
+        DETAILS_HELD,
+        ROWS_HELD,
+        movements_with_details,
+        payload_details_dropped,
+        payload_details_read,
+    )
 
     serializer = shared_serializer(MovementSerializer)
     payloads = {
@@ -50,6 +57,18 @@ def movement_payloads(movements: list[MovementRequest]) -> dict[Any, dict[str, A
         for movement in movements
         if getattr(movement, DETAILS_HELD, False)
     }
+    held = {
+        movement.pk: movement
+        for movement in movements
+        if movement.pk not in payloads and getattr(movement, ROWS_HELD, False)
+    }
+    if held:
+        payload_details_read(list(held.values()))
+        try:
+            for pk, movement in held.items():
+                payloads[pk] = dict(serializer.to_representation(movement))
+        finally:
+            payload_details_dropped(list(held.values()))
     if unread := {movement.pk for movement in movements} - set(payloads):
         read = movements_with_details().filter(pk__in=unread)
         payloads.update(

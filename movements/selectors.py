@@ -248,6 +248,75 @@ def details_held(
             movement.__dict__.pop(name, None)
 
 
+ROWS_HELD = "rows_held"
+
+
+def with_rows_for_payload(queryset: QuerySet) -> QuerySet:
+    """Movements read (and locked, by the caller) with what ``rows_held`` needs: the users
+    their representation names, and whether they have open attention."""
+    open_attention = MovementAttention.objects.filter(
+        request_id=OuterRef("pk"), resolved_at__isnull=True
+    )
+    return queryset.select_related("created_by", "approved_by", "withdrawn_by").annotate(
+        has_open_attention=Exists(open_attention)
+    )
+
+
+@contextmanager
+def rows_held(nodes: dict[Any, list[MovementRequestNode]]) -> Iterator[None]:
+    """Within the block, each movement of ``nodes`` (the movement of each node, read with
+    ``with_rows_for_payload`` and locked) is shown from its row and the current nodes its
+    service holds and changes (in plan order): the callback events it causes read only its
+    valid approvals, its reservation and, where it has any, its open attention
+    (``movements.public.movement_payloads``). ``attention_raise`` marks a movement it raises
+    an entry on as having open attention."""
+    movements = [held[0].request for held in nodes.values() if held]
+    for movement in movements:
+        movement.current_nodes_list = nodes[movement.pk]
+        setattr(movement, ROWS_HELD, True)
+    try:
+        yield
+    finally:
+        for movement in movements:
+            for name in ("current_nodes_list", ROWS_HELD):
+                movement.__dict__.pop(name, None)
+
+
+def payload_details_read(movements: list[MovementRequest]) -> None:
+    """For movements whose rows are held (``rows_held``): read what may have changed beside
+    them, for all of them together: valid approvals (oldest first), reservation, and open
+    attention where they have any. ``payload_details_dropped`` forgets them again."""
+    # The reservations app's model, reached through the relation (movements never imports it).
+    reservation_model = MovementRequest.reservation.related.related_model
+    ids = [movement.pk for movement in movements]
+    approvals: dict[Any, list] = {pk: [] for pk in ids}
+    for approval in (
+        MovementApproval.objects.filter(request_id__in=ids, void_at__isnull=True)
+        .select_related("approved_by")
+        .order_by("approved_at", "pk")
+    ):
+        approvals[approval.request_id].append(approval)
+    reservations = {r.request_id: r for r in reservation_model.objects.filter(request_id__in=ids)}
+    attentions: dict[Any, list] = {pk: [] for pk in ids}
+    if watched := [m.pk for m in movements if getattr(m, "has_open_attention", True)]:
+        for entry in MovementAttention.objects.filter(
+            request_id__in=watched, resolved_at__isnull=True
+        ).order_by("since", "pk"):
+            attentions[entry.request_id].append(entry)
+    for movement in movements:
+        movement.valid_approvals_list = approvals[movement.pk]
+        movement.open_attentions_list = attentions[movement.pk]
+        reservation_known(movement, reservations.get(movement.pk))
+
+
+def payload_details_dropped(movements: list[MovementRequest]) -> None:
+    """Forget what ``payload_details_read`` read (a later event reads it again)."""
+    for movement in movements:
+        for name in ("valid_approvals_list", "open_attentions_list"):
+            movement.__dict__.pop(name, None)
+        MovementRequest.reservation.related.delete_cached_value(movement)
+
+
 def unresolved_attentions(movement: MovementRequest) -> list[MovementAttention]:
     """The open (unresolved) attention entries of the movement, snoozed or not, oldest first
     (what its representation reads: ``movements_with_details``)."""

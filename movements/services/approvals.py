@@ -256,27 +256,42 @@ def plan_read(request: MovementRequest) -> tuple[str, list[tuple[str, str]]]:
     """``approval_binding`` of ``request`` and its plan's edges (source key, target key, in
     the plan graph's order), read together in one query: each plan node with its outgoing
     edges."""
+    return plans_read([request])[request.pk]
+
+
+def plans_read(
+    requests: Sequence[MovementRequest],
+) -> dict[Any, tuple[str, list[tuple[str, str]]]]:
+    """``plan_read`` of several movements in one query (the dispatch batch)."""
     rows = (
-        MovementPlanNode.objects.filter(request=request)
+        MovementPlanNode.objects.filter(request_id__in=[r.pk for r in requests])
         .order_by()
         .values_list(
+            "request_id",
             *PLAN_NODE_BOUND,
             "out_edges__target__key",
             "out_edges__kind",
             "out_edges__target__position",
         )
     )
-    nodes: dict[str, list] = {}
-    edges = []
-    for row in rows:
-        nodes.setdefault(row[0], list(row[: len(PLAN_NODE_BOUND)]))
-        target, kind, position = row[len(PLAN_NODE_BOUND) :]
+    nodes: dict[Any, dict[str, list]] = {r.pk: {} for r in requests}
+    edges: dict[Any, list] = {r.pk: [] for r in requests}
+    bound = len(PLAN_NODE_BOUND)
+    for request_id, *row in rows:
+        nodes[request_id].setdefault(row[0], list(row[:bound]))
+        target, kind, position = row[bound:]
         if target is not None:
-            edges.append((position, target, row[0], kind))
-    binding = _binding_of(
-        request, list(nodes.values()), [[source, target, kind] for _, target, source, kind in edges]
-    )
-    return binding, [(source, target) for _, target, source, _ in sorted(edges)]
+            edges[request_id].append((position, target, row[0], kind))
+    read = {}
+    for request in requests:
+        plan = edges[request.pk]
+        binding = _binding_of(
+            request,
+            list(nodes[request.pk].values()),
+            [[source, target, kind] for _, target, source, kind in plan],
+        )
+        read[request.pk] = (binding, [(source, target) for _, target, source, _ in sorted(plan)])
+    return read
 
 
 def approval_binding(request: MovementRequest) -> str:
@@ -288,17 +303,9 @@ def approval_binding(request: MovementRequest) -> str:
 
 
 def bindings_of(requests: Sequence[MovementRequest]) -> dict[Any, str]:
-    """``approval_binding`` of several movements with two queries (the dispatch batch)."""
-    ids = [r.pk for r in requests]
-    nodes: dict[Any, list] = {pk: [] for pk in ids}
-    edges: dict[Any, list] = {pk: [] for pk in ids}
-    for node in MovementPlanNode.objects.filter(request_id__in=ids):
-        nodes[node.request_id].append(node)
-    for edge in MovementPlanEdge.objects.filter(request_id__in=ids).select_related(
-        "source", "target"
-    ):
-        edges[edge.request_id].append(edge)
-    return {r.pk: _binding(r, nodes[r.pk], edges[r.pk]) for r in requests}
+    """``approval_binding`` of several movements in one query (the dispatch batch), read as
+    an approval reads it (``plan_read``)."""
+    return {pk: binding for pk, (binding, _) in plans_read(requests).items()}
 
 
 def approval_add(

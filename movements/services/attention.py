@@ -83,6 +83,9 @@ def attention_raise(
         evidence=evidence or {},
         since=since,
     )
+    # A caller showing the movement from the rows it holds reads its attention now
+    # (``selectors.rows_held``).
+    request.has_open_attention = True
     detail = {"attention": reason, "message": message, "since": since.isoformat()}
     record_event(
         request=request,

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from movements import ports
 from movements.models import AttentionReason, MovementRequest, MovementRequestNode
+from movements.selectors import rows_held, with_rows_for_payload
 from movements.services.attention import attention_raise
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.outcomes import (
@@ -77,7 +78,8 @@ def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
     request_ids = sorted({claim.request_id for claim in claims}, key=str)
     requests = {
         request.pk: request
-        for request in MovementRequest.objects.select_for_update(no_key=True)
+        for request in with_rows_for_payload(MovementRequest.objects.all())
+        .select_for_update(of=("self",), no_key=True)
         .filter(pk__in=request_ids)
         .order_by("pk")
     }
@@ -207,17 +209,13 @@ def apply_results(results: list[Result]) -> None:
         return
     late: list[tuple[Result, str]] = []
     try:
-        with transaction.atomic(), ports.callbacks().read_once(), batch() as writes:
+        with transaction.atomic(), ports.callbacks().read_once():
             locked = _lock_claimed([result.claim for result in results])
-            for result in results:
-                target = locked.get(result.claim.node_id)
-                problem = _lease_problem(result.claim, target, STEP_STATES[result.phase])
-                if problem is not None:
-                    late.append((result, problem))
-                    continue
-                result.value = _apply(result, target, writes)
-                result.applied = True
-                result.claim.node = target.node
+            held = {entry.request.pk: entry.nodes for entry in locked.values()}
+            # The callback events these results cause show each movement from the rows held
+            # here, as written (``selectors.rows_held``), instead of reading it again.
+            with rows_held(held), batch() as writes:
+                _apply_locked(results, locked, writes, late)
     except Exception:
         if len(results) == 1:
             raise
@@ -240,6 +238,23 @@ def apply_results(results: list[Result]) -> None:
             problem,
             contradicts_failure=contradicts_failure(result.phase, result.answer),
         )
+
+
+def _apply_locked(
+    results: list[Result],
+    locked: dict[int, Locked],
+    writes: RowWriter,
+    late: list[tuple[Result, str]],
+) -> None:
+    for result in results:
+        target = locked.get(result.claim.node_id)
+        problem = _lease_problem(result.claim, target, STEP_STATES[result.phase])
+        if problem is not None:
+            late.append((result, problem))
+            continue
+        result.value = _apply(result, target, writes)
+        result.applied = True
+        result.claim.node = target.node
 
 
 class Unwritten:
