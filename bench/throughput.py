@@ -42,6 +42,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -551,7 +552,30 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
         "halves": halves,
         "offered": offered,
         "n": n,
+        "claims": claim_sizes_seen(watermark),
     }
+
+
+def claim_sizes_seen(watermark: int) -> list[int]:
+    """The sizes of the claims the workers made (approximately: the claim events one worker
+    wrote one after another, less than 5 ms apart, are taken for one claim's)."""
+    rows = (
+        node_transitions_since(watermark)
+        .filter(old_state="READY", new_state__in=("PREPARING", "OBSERVING"))
+        .order_by("pk")
+        .values_list("actor_id", "created_at")
+    )
+    sizes: list[int] = []
+    last: dict[str, Any] = {}
+    current: dict[str, int] = {}
+    for actor, at in rows:
+        if actor in last and (at - last[actor]).total_seconds() < 0.005:
+            sizes[current[actor]] += 1
+        else:
+            current[actor] = len(sizes)
+            sizes.append(1)
+        last[actor] = at
+    return sizes
 
 
 def claim_to_result(watermark: int) -> dict[str, list[float]]:
@@ -752,6 +776,13 @@ def latency_at_half(args, peak: float, per_movement: float) -> None:
         f"{latency['offered']:.1f}/s; target p99 < {APPROVE_P99_TARGET_MS} ms: "
         f"{verdict(p99_a < APPROVE_P99_TARGET_MS)})"
     )
+    claims = latency["claims"]
+    if claims:
+        print(
+            f"claims (approximate) {len(claims)} of READY nodes: size p50 "
+            f"{percentile(claims, 0.5)}, p95 {percentile(claims, 0.95)}, max {max(claims)}; "
+            f"{sum(1 for c in claims if c == 1) / len(claims):.0%} of one node"
+        )
 
 
 def run_services_quiet(n: int) -> None:
@@ -826,6 +857,7 @@ def statements_by_phase(n: int, verbose: bool) -> None:
     watermark = event_watermark()
     owner = execution.worker_identity()
     swept: dict[str, dict[str, int]] = {}
+    cpu = 0.0
     with connection.execute_wrapper(counter):
         while unfinished(requests):
             for name, sweep in (
@@ -834,7 +866,9 @@ def statements_by_phase(n: int, verbose: bool) -> None:
                 ("recover", sweeps.recover_unknown_nodes),
             ):
                 before = dict(counter.counts)
+                started = time.process_time()
                 sweep(owner=owner, limit=10_000)
+                cpu += time.process_time() - started
                 into = swept.setdefault(name, {})
                 for phase, count in counter.counts.items():
                     into[phase] = into.get(phase, 0) + count - before.get(phase, 0)
@@ -865,6 +899,10 @@ def statements_by_phase(n: int, verbose: bool) -> None:
         if phase != "venue (sandbox)"
     )
     print(f"service statements   {service / dispatches:.2f} per node dispatch, all sweeps")
+    print(
+        f"CPU of this process  {cpu / dispatches * 1000:.2f} ms per node dispatch (the sweeps, "
+        "sandbox venue and statement counting included; PostgreSQL's own CPU not)"
+    )
     if verbose:
         for phase, sql in counter.sql.items():
             print(f"\n[{phase}]")
