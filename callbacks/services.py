@@ -24,7 +24,7 @@ import httpx
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -300,6 +300,8 @@ def events_publish(*, limit: int = 1000) -> int:
                 return 0  # another publisher holds it
             counter, _ = FeedCounter.objects.get_or_create(pk=1)
             counter = FeedCounter.objects.select_for_update().get(pk=1)
+        if connection.vendor == "postgresql":
+            return _number_events(counter.last_position, limit)
         events = list(Event.objects.filter(position__isnull=True).order_by("id")[:limit])
         for event in events:
             counter.last_position += 1
@@ -308,6 +310,31 @@ def events_publish(*, limit: int = 1000) -> int:
             Event.objects.bulk_update(events, ["position"])
             counter.save(update_fields=["last_position"])
     return len(events)
+
+
+# The events without a position numbered after ``last`` in id order, and the counter moved
+# past them, in one statement (PostgreSQL; under the counter row's lock, as above).
+_NUMBER_EVENTS = """
+WITH numbered AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS n FROM {events}
+    WHERE "position" IS NULL ORDER BY id LIMIT %(limit)s
+), published AS (
+    UPDATE {events} SET "position" = %(last)s + numbered.n
+    FROM numbered WHERE {events}.id = numbered.id RETURNING 1
+)
+UPDATE {counter} SET last_position = %(last)s + (SELECT count(*) FROM published)
+WHERE id = 1 RETURNING last_position - %(last)s
+"""
+
+
+def _number_events(last: int, limit: int) -> int:
+    sql = _NUMBER_EVENTS.format(
+        events=connection.ops.quote_name(Event._meta.db_table),
+        counter=connection.ops.quote_name(FeedCounter._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"last": last, "limit": limit})
+        return cursor.fetchone()[0]
 
 
 def _publish_after_commit() -> None:
