@@ -7,10 +7,8 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # The suite runs in this many pytest-xdist processes (0: in this one). Each has its own test
 # database (pytest-django's _gw<n> suffix) and var directory (tests/embedded_profile.py); a
-# test file stays on one process (--dist loadfile) so its module fixtures start once, and files
-# are handed out in the suite's order (--no-loadscope-reorder: the files that take minutes
-# first, tests/conftest.py), not by test count. Half the suite waits on processes and sockets,
-# so 4 on a 2-core machine beats 2.
+# test file stays on one process (--dist loadfile) so its module fixtures start once. Half
+# the suite waits on processes and sockets, so 4 on a 2-core machine beats 2.
 TEST_WORKERS ?= 4
 # pytest exits 5 when the selection is empty; with ALLOW_NO_TESTS=1 that is reported, not failed
 # (CI's marker runs, on a machine where a marker's tests are all deselected).
@@ -57,7 +55,7 @@ run-local: install-product standins/node_modules/.installed
 
 test: install-dev
 	@echo "pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)"; started=$$(date +%s); \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	echo "make test: pytest exited $$rc after $$(( $$(date +%s) - started ))s"; \
 	if [ $$rc -eq 5 ] && [ -n "$(ALLOW_NO_TESTS)" ]; then \
 		echo "make test: no test selected by $(PYTEST_ARGS) (exit 5 allowed)"; exit 0; fi; \

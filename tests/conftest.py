@@ -109,10 +109,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Files holding tests of these markers take minutes (real processes, devchains, a browser);
-# the rest take seconds. pytest-xdist (`--dist loadfile --no-loadscope-reorder`, the Makefile)
-# hands files out in collection order, so the long ones go first and the short ones fill the
-# processes in around them, rather than one long file starting last and running alone at the
-# end (without --no-loadscope-reorder it reorders files by their number of tests).
+# the rest take seconds. pytest-xdist (`--dist loadfile`) hands files out in collection order,
+# so the long ones go first and the short ones fill the processes in around them, rather than
+# one long file starting last and running alone at the end.
 LONG_MARKERS = ("slow", "devchain", "browser", "standin")
 
 
