@@ -72,9 +72,10 @@ def test_a_worker_killed_mid_transfer_moves_the_balance_once_with_one_transactio
 def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twice(
     cluster, devchain, tokens, creator, recipient
 ):
-    # Small sweeps, one node per claim: the nine transfers are spread over several sweep
-    # tasks (fanned out to the workers) instead of one worker's single claim taking them all.
-    cluster.env.update(QTG_DISPATCH_BATCH="3", QTG_CLAIM_BATCH="1")
+    # One node per sweep and per claim: while several transfers are due, each tick fans out
+    # several sweep tasks (QTG_SWEEP_FANOUT), one node each, handed to the workers in turn,
+    # instead of one worker's sweep taking the transfers one after another as they come.
+    cluster.env.update(QTG_DISPATCH_BATCH="1", QTG_CLAIM_BATCH="1")
     for _ in range(3):
         cluster.start_worker()
     treasury = devchain.accounts[1].address
