@@ -13,7 +13,7 @@ longer matches is void and the node fails (the movement cannot start on it).
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -25,7 +25,6 @@ from movements.audit import record_decision
 from movements.models import (
     ApprovalPolicy,
     MovementApproval,
-    MovementPlanEdge,
     MovementPlanNode,
     MovementRequest,
     PolicyStatus,
@@ -231,14 +230,6 @@ PLAN_NODE_BOUND = (
 )
 
 
-def _binding(request: MovementRequest, nodes: Iterable[Any], edges: Iterable[Any]) -> str:
-    return _binding_of(
-        request,
-        [[getattr(n, name) for name in PLAN_NODE_BOUND] for n in nodes],
-        [[e.source.key, e.target.key, e.kind] for e in edges],
-    )
-
-
 def _binding_of(request: MovementRequest, nodes: list[list], edges: list[list]) -> str:
     canonical = {
         "asset": request.asset,
@@ -296,10 +287,8 @@ def plans_read(
 
 def approval_binding(request: MovementRequest) -> str:
     """The hash an approval of ``request`` is bound to (plan, amount, asset, source,
-    destination), as the movement is in the database now."""
-    nodes = MovementPlanNode.objects.filter(request=request)
-    edges = MovementPlanEdge.objects.filter(request=request).select_related("source", "target")
-    return _binding(request, nodes, edges)
+    destination), as the movement is in the database now (read as ``plan_read`` reads it)."""
+    return plan_read(request)[0]
 
 
 def bindings_of(requests: Sequence[MovementRequest]) -> dict[Any, str]:

@@ -17,7 +17,7 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
     """
     directory = Path(directory or settings.QTG_ROUTE_TEMPLATE_DIR)
     files = [(path, *load_template_file(path)) for path in sorted(directory.glob("*.yaml"))]
-    wanted = [(definition["key"], definition["version"]) for _, definition, _ in files]
+    wanted = {(definition["key"], definition["version"]) for _, definition, _ in files}
     rows = _rows(wanted)
     missing = [
         RouteTemplate(
@@ -52,7 +52,7 @@ def route_templates_sync(*, directory: Path | None = None) -> list[RouteTemplate
     return loaded
 
 
-def _rows(wanted: list[tuple[str, int]]) -> dict[tuple[str, int], RouteTemplate]:
+def _rows(wanted: set[tuple[str, int]]) -> dict[tuple[str, int], RouteTemplate]:
     """The loaded rows of these (key, version) pairs, by pair."""
     found = RouteTemplate.objects.filter(key__in={key for key, _ in wanted})
     return {(row.key, row.version): row for row in found if (row.key, row.version) in wanted}
