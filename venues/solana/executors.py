@@ -103,6 +103,14 @@ class SolanaTransfer(Executor):
         with suppress(RpcUnavailable):
             check_mint_decimals(transfer.chain, transfer.token)
 
+    def call_timeout(self, ctx: ExecutionContext) -> float:
+        """The chain's RPC timeout: the submit is one ``sendTransaction``, fenced for that
+        long (a dead worker's node goes to recovery once that and the margin have passed)."""
+        try:
+            return solana_chain(str(ctx.config.get("chain", ""))).rpc_timeout_seconds
+        except ImproperlyConfigured:
+            return self.call_timeout_seconds
+
     def sign(self, ctx: ExecutionContext) -> Signed:
         transfer = _from_ctx(ctx)
         record = records.latest_transaction(ctx.node_id)

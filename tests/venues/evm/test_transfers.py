@@ -763,3 +763,30 @@ def test_the_console_reads_an_erc20_and_a_native_transfer(
     text, _ = chain_transaction_page(client, coin)
     assert f"Transfer of 0.25 ETH to {recipient}" in text
     assert "amount 0.25 ETH" in text
+
+
+def test_a_broadcast_is_fenced_for_the_chains_rpc_timeout_so_a_dead_worker_hands_over_soon(
+    devchain, tokens, chain_config, fast_worker, creator, recipient, monkeypatch, settings
+):
+    """The node's lease, when the signed bytes leave, outlasts the broadcast call (the chain's
+    5 s RPC timeout) by the fence's margins and no more: a worker that dies with the call out
+    leaves its node to recovery about 8 s later, not after a generic 30 s call timeout."""
+    from venues.evm.tx import broadcast
+
+    settings.QTG_LEASE_SECONDS = 5  # the real-process tests' lease: shorter than the fence
+    leases = []
+    send = broadcast.send_stored
+
+    def watched(w3, tx):
+        row = MovementRequestNode.objects.get(pk=tx.node_id)
+        leases.append((row.fenced_at, row.fenced_until, row.lease_expires_at))
+        return send(w3, tx)
+
+    monkeypatch.setattr(broadcast, "send_stored", watched)
+
+    request = settle(transfer(creator, recipient, amount="2"), devchain)
+
+    assert request.request_state == RequestState.COMPLETED
+    [(fenced_at, fenced_until, lease_expires_at)] = leases
+    assert 5 <= (fenced_until - fenced_at).total_seconds() <= 5 + 1
+    assert (lease_expires_at - fenced_at).total_seconds() <= 5 + 1 + 2 + 0.5

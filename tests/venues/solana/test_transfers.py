@@ -357,3 +357,34 @@ def test_the_console_reads_a_sol_and_a_usdc_transfer(solana, make_movement, clie
     text, _ = chain_transaction_page(client, token)
     assert f"SPL token transfer of 2.5 USDC to {recipient}" in text
     assert f"mint {solana.usdc_mint}" in text
+
+
+def test_a_send_is_fenced_for_the_chains_rpc_timeout_so_a_dead_worker_hands_over_soon(
+    solana, make_movement, monkeypatch, settings
+):
+    """When the signed transaction leaves, the node's lease outlasts the send (the chain's
+    2 s RPC timeout) by the fence's margins and no more: a worker that dies with the send out
+    leaves its node to recovery within seconds, not after a generic 30 s call timeout."""
+    from movements.models import MovementRequestNode
+    from venues.solana.rpc import SolanaRpcClient
+
+    settings.QTG_LEASE_SECONDS = 5  # the real-process tests' lease: shorter than the fence
+    leases = []
+    send = SolanaRpcClient.send
+
+    def watched(self, raw, **kwargs):
+        row = MovementRequestNode.objects.get(node_key="transfer", node_state="SUBMITTING")
+        leases.append((row.fenced_at, row.fenced_until, row.lease_expires_at))
+        return send(self, raw, **kwargs)
+
+    monkeypatch.setattr(SolanaRpcClient, "send", watched)
+
+    movement = drive(
+        transfer(make_movement, asset="SOL", amount="0.2", to=Keypair().pubkey()), solana.node
+    )
+
+    assert movement.request_state == "COMPLETED"
+    [(fenced_at, fenced_until, lease_expires_at)] = leases
+    assert 2 <= (fenced_until - fenced_at).total_seconds() <= 2 + 1
+    # The plain 5 s lease, or the fence's 2 + 1 + 2 s, whichever is longer (a moment after).
+    assert (lease_expires_at - fenced_at).total_seconds() <= max(5, 2 + 1 + 2) + 0.5

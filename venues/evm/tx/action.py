@@ -73,6 +73,15 @@ class ChainAction(Executor):
         except Exception:
             return self.visibility_seconds
 
+    def call_timeout(self, ctx: ExecutionContext) -> float:
+        """The chain's RPC timeout: the submit is one broadcast call, fenced for that long. A
+        worker that dies with the call out leaves its node to recovery once that and the
+        fence's margin have passed, not a generic 30 s later."""
+        try:
+            return evm_chain(str(ctx.config.get("chain") or "")).rpc_timeout_seconds
+        except LookupError:
+            return self.call_timeout_seconds
+
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         call = self.call(ctx)
         detail: dict[str, Any] = {}
