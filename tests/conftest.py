@@ -155,17 +155,35 @@ TEST_HARDCAP_ASSETS = ("USDC", "USDT", "BTC", "ETH")
 TEST_HARDCAP = "1000000000000"
 
 
+def _ensure_test_hardcaps() -> None:
+    for asset in TEST_HARDCAP_ASSETS:
+        hardcap_ensure(asset=asset, max_in_flight=TEST_HARDCAP, note="test suite default")
+
+
 @pytest.fixture(autouse=True)
-def default_hardcaps(request):
-    """Generous hardcaps for the suite's assets, in every test that uses the database."""
+def default_hardcaps(request, django_db_blocker):
+    """Generous hardcaps for the suite's assets, in every test that uses the database.
+
+    They are committed outside any test's transaction, by the first database test of a
+    process, so every test that rolls back starts from them (one query); a transactional
+    test ends with a flush that leaves none, and the next test writes them again."""
     if request.node.get_closest_marker("django_db") is None and not (
         DB_FIXTURES & set(request.fixturenames)
     ):
         return
-    # Set up the database the way the test asked for (transactional or not) before writing.
+    request.getfixturevalue("django_db_setup")
+    with django_db_blocker.unblock():
+        if _missing_test_hardcaps():
+            _ensure_test_hardcaps()
+    # Set up the database the way the test asked for (transactional or not).
     request.getfixturevalue("_django_db_helper")
-    for asset in TEST_HARDCAP_ASSETS:
-        hardcap_ensure(asset=asset, max_in_flight=TEST_HARDCAP, note="test suite default")
+
+
+def _missing_test_hardcaps() -> bool:
+    from reservations.models import Hardcap
+
+    present = Hardcap.objects.filter(asset__in=TEST_HARDCAP_ASSETS, source="").count()
+    return present != len(TEST_HARDCAP_ASSETS)
 
 
 def make_user(username: str, *perms: str, **extra) -> User:

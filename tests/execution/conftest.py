@@ -163,7 +163,12 @@ class Cluster:
         )
 
     def start_worker(self, queues: list[str] | None = None) -> subprocess.Popen:
-        """A worker consuming ``queues`` (default: every queue of the deployment)."""
+        """A worker consuming ``queues`` (default: every queue of the deployment), ready."""
+        worker = self._spawn_worker(queues)
+        self._wait_ready(self.tmp / f"worker{len(self.workers)}.log", worker)
+        return worker
+
+    def _spawn_worker(self, queues: list[str] | None = None) -> subprocess.Popen:
         n = len(self.workers) + 1
         worker = self._spawn(
             f"worker{n}",
@@ -182,7 +187,6 @@ class Cluster:
             "INFO",
         )
         self.workers.append(worker)
-        self._wait_ready(self.tmp / f"worker{n}.log", worker)
         return worker
 
     def _wait_ready(self, log: Path, worker: subprocess.Popen, timeout: float = 60) -> None:
@@ -197,9 +201,17 @@ class Cluster:
             time.sleep(0.2)
         raise RuntimeError(f"worker did not start:\n{log.read_text()[-3000:]}")
 
+    def start_workers(self, count: int) -> list[subprocess.Popen]:
+        """``count`` workers started side by side, then waited for (each takes seconds to
+        import and connect)."""
+        first = len(self.workers) + 1
+        spawned = [self._spawn_worker() for _ in range(count)]
+        for n, worker in enumerate(spawned, start=first):
+            self._wait_ready(self.tmp / f"worker{n}.log", worker)
+        return spawned
+
     def start(self) -> "Cluster":
-        for _ in range(self.count):
-            self.start_worker()
+        self.start_workers(self.count)
         self.beat = self._spawn("beat", "beat", "-s", str(self.tmp / "beat-schedule"), "-l", "INFO")
         return self
 

@@ -23,8 +23,7 @@ def workers_without_beat(transactional_db, settings, tmp_path):
     if not settings.DB_IS_POSTGRES:
         pytest.skip("real worker processes need PostgreSQL")
     cluster = Cluster(tmp_path, workers=2)
-    for _ in range(cluster.count):
-        cluster.start_worker()
+    cluster.start_workers(cluster.count)
     yield cluster
     cluster.stop()
 

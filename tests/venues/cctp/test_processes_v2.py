@@ -101,8 +101,7 @@ def test_three_workers_polling_many_v2_attestations_stay_under_the_iris_rate_lim
     (a, b), (_, b2) = cctp, cctp_v2
     treasury = chain_a.accounts[1].address
     before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
-    for _ in range(3):
-        cluster.start_worker()
+    cluster.start_workers(3)
     templates = ["cctp_v2_fast" if i % 2 else "cctp_v2" for i in range(MANY)]
     iris.set_faults(confirmations=SLOW_ATTESTER_CONFIRMATIONS)
 
@@ -144,8 +143,7 @@ def test_a_429_stops_every_worker_asking_iris_for_the_block_period(
     (a, b), _ = cctp, cctp_v2
     treasury = chain_a.accounts[1].address
     before_a, before_b = a.usdc_balance(treasury), b.usdc_balance(bob)
-    for _ in range(3):
-        cluster.start_worker()
+    cluster.start_workers(3)
     iris.set_faults(rate_limit=True, retry_after=BLOCK_SECONDS, times=1)
 
     requests = [

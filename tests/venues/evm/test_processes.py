@@ -76,8 +76,7 @@ def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twic
     # several sweep tasks (QTG_SWEEP_FANOUT), one node each, handed to the workers in turn,
     # instead of one worker's sweep taking the transfers one after another as they come.
     cluster.env.update(QTG_DISPATCH_BATCH="1", QTG_CLAIM_BATCH="1")
-    for _ in range(3):
-        cluster.start_worker()
+    cluster.start_workers(3)
     treasury = devchain.accounts[1].address
     first = devchain.web3.eth.get_transaction_count(treasury)
     requests = [transfer(creator, recipient, amount="1.25") for _ in range(9)]
