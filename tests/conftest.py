@@ -8,6 +8,7 @@ from django.contrib.auth.models import Permission, User
 
 from movements.services import movement_approve, movement_create
 from qtg.core.actors import Actor
+from reservations.models import Hardcap
 from reservations.services import hardcap_ensure
 from standins import devchain_missing_reason  # before any test module imports web3: see there
 
@@ -180,8 +181,6 @@ def default_hardcaps(request, django_db_blocker):
 
 
 def _missing_test_hardcaps() -> bool:
-    from reservations.models import Hardcap
-
     present = Hardcap.objects.filter(asset__in=TEST_HARDCAP_ASSETS, source="").count()
     return present != len(TEST_HARDCAP_ASSETS)
 

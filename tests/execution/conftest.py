@@ -164,8 +164,7 @@ class Cluster:
 
     def start_worker(self, queues: list[str] | None = None) -> subprocess.Popen:
         """A worker consuming ``queues`` (default: every queue of the deployment), ready."""
-        worker = self._spawn_worker(queues)
-        self._wait_ready(self.tmp / f"worker{len(self.workers)}.log", worker)
+        [worker] = self.start_workers(1, queues)
         return worker
 
     def _spawn_worker(self, queues: list[str] | None = None) -> subprocess.Popen:
@@ -201,11 +200,11 @@ class Cluster:
             time.sleep(0.2)
         raise RuntimeError(f"worker did not start:\n{log.read_text()[-3000:]}")
 
-    def start_workers(self, count: int) -> list[subprocess.Popen]:
+    def start_workers(self, count: int, queues: list[str] | None = None) -> list[subprocess.Popen]:
         """``count`` workers started side by side, then waited for (each takes seconds to
         import and connect)."""
         first = len(self.workers) + 1
-        spawned = [self._spawn_worker() for _ in range(count)]
+        spawned = [self._spawn_worker(queues) for _ in range(count)]
         for n, worker in enumerate(spawned, start=first):
             self._wait_ready(self.tmp / f"worker{n}.log", worker)
         return spawned
