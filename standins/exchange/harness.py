@@ -231,6 +231,11 @@ class LocalExchange:
         until cleared), hold_seconds, account (default every account of the venue)."""
         return self.control("POST", f"{exchange_id}/faults", {"kind": kind, **fault})
 
+    def release_holds(self, exchange_id: str) -> int:
+        """Let the withdraw requests a slow_before_accept fault holds now go on at once; how
+        many there were."""
+        return self.control("POST", f"{exchange_id}/faults/release")["released"]
+
     def clear_faults(self, exchange_id: str) -> dict:
         return self.control("DELETE", f"{exchange_id}/faults")
 

@@ -239,8 +239,9 @@ FAULT_KINDS = (
     "maintenance",
     "timeout_after_accept",
     "drop_after_accept",
-    # The withdraw request is held ``hold_seconds`` before it is checked and executed (a slow
-    # exchange queue); Binance refuses it then if its recvWindow has passed meanwhile.
+    # The withdraw request is held ``hold_seconds`` (or until the harness releases the holds)
+    # before it is checked and executed (a slow exchange queue); Binance refuses it then if
+    # its recvWindow has passed meanwhile.
     "slow_before_accept",
     # The withdrawal is made, but the answer names another withdrawal of the account (the
     # one made before it, or an id of nobody's when there is none).
@@ -355,6 +356,9 @@ class Books:
         self.fee_mode = fee_mode
         self.dashed_ids = dashed_ids
         self.lock = threading.RLock()
+        # Held withdraw requests wait on this; a release wakes the ones held now.
+        self._hold_released = threading.Condition(self.lock)
+        self._hold_generation = 0
         self._initial = (coins, [_copy_account(a) for a in accounts])
         self.coins = coins
         self._reset_state(accounts)
@@ -589,6 +593,30 @@ class Books:
     def clear_faults(self) -> None:
         with self.lock:
             self.faults.clear()
+
+    def hold(self, seconds: float) -> None:
+        """Hold a withdraw request (slow_before_accept) for ``seconds``, or until
+        :meth:`release_holds` is called, whichever comes first; counted in ``held`` meanwhile."""
+        deadline = time.monotonic() + seconds
+        with self.lock:
+            generation = self._hold_generation
+            self.held += 1
+            try:
+                while self._hold_generation == generation:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._hold_released.wait(left)
+            finally:
+                self.held -= 1
+
+    def release_holds(self) -> int:
+        """Let every withdraw request held now go on to be checked and executed; how many."""
+        with self.lock:
+            released = self.held
+            self._hold_generation += 1
+            self._hold_released.notify_all()
+        return released
 
     def take_fault(
         self, endpoint: str, kinds: tuple[str, ...], account: str | None = None

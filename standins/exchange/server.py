@@ -203,6 +203,10 @@ def _clear_faults(venue: Venue, p: dict) -> dict:
     return {"faults": []}
 
 
+def _release_holds(venue: Venue, p: dict) -> dict:
+    return {"released": venue.books.release_holds()}
+
+
 def _configure(venue: Venue, p: dict) -> dict:
     books = venue.books
     with books.lock:
@@ -234,5 +238,6 @@ _ACTIONS = {
     ("POST", "whitelist"): _set_whitelist,
     ("POST", "faults"): _add_fault,
     ("DELETE", "faults"): _clear_faults,
+    ("POST", "faults/release"): _release_holds,
     ("POST", "settings"): _configure,
 }

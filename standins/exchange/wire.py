@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -82,13 +81,7 @@ class Venue(ABC):
                 if route.endpoint == "withdraw" and (
                     slow := self.books.take_fault("withdraw", ("slow_before_accept",), account.name)
                 ):
-                    with self.books.lock:
-                        self.books.held += 1
-                    try:
-                        time.sleep(slow.hold_seconds)
-                    finally:
-                        with self.books.lock:
-                            self.books.held -= 1
+                    self.books.hold(slow.hold_seconds)
                     self.still_valid(params)
             return route.handler(self, params, account)
         except Refusal as refusal:

@@ -116,7 +116,8 @@ CLUSTER_ENV = {
     # A withdrawal request is carried out up to 10 s after its fenced deadline (the sandbox's
     # submit timeout is 10 s): recovery waits that long before "not found" proves anything.
     "QTG_SANDBOX_REQUEST_VALIDITY_SECONDS": "10",
-    "QTG_LOG_LEVEL": "WARNING",
+    # QTG_TEST_CLUSTER_LOG_LEVEL=INFO puts every transition in the workers' logs (tmp_path).
+    "QTG_LOG_LEVEL": os.environ.get("QTG_TEST_CLUSTER_LOG_LEVEL", "WARNING"),
 }
 
 
@@ -248,11 +249,13 @@ def cluster(django_db_setup, django_db_blocker, tmp_path_factory):
     running.stop()
 
 
-def wait_for(predicate, *, timeout: float = 60, interval: float = 0.2, message: str = ""):
+def wait_for(predicate, *, timeout: float = 60, interval: float = 0.2, message=""):
+    """``predicate()``'s first truthy value within ``timeout`` seconds; else an AssertionError
+    with ``message`` (a callable is asked then, for what things look like at the end)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(message or "timed out waiting")
+    raise AssertionError((message() if callable(message) else message) or "timed out waiting")

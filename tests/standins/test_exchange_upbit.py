@@ -2,6 +2,7 @@
 `ccxt.upbit`, pointed at the stand-in by its URLs, and reads the results back through ccxt."""
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -101,6 +102,32 @@ def test_a_timeout_after_accept_is_recovered_from_the_history_exactly_once(local
 
     assert len(recover(client, amount="12.5", submitted_at_ms=submitted_at_ms)) == 1
     assert client.fetch_balance()["USDT"]["free"] == 10000 - 12.5 - 1
+
+
+def test_a_held_withdraw_request_is_carried_out_when_released_not_before(local_exchange):
+    local_exchange.add_fault(
+        "upbit", "slow_before_accept", endpoint="withdraw", times=1, hold_seconds=60
+    )
+    client = ccxt.upbit(local_exchange.ccxt_config("upbit", timeout=30_000))
+    client.load_markets()
+    answers = []
+    sender = threading.Thread(target=lambda: answers.append(withdraw(client, amount="7")))
+    sender.start()
+    deadline = time.monotonic() + 10
+    while local_exchange.state("upbit")["held"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert local_exchange.state("upbit")["held"] == 1
+    assert client.fetch_withdrawals("USDT") == []  # held: nothing made yet
+
+    started = time.monotonic()
+    assert local_exchange.release_holds("upbit") == 1
+    sender.join(timeout=10)
+    assert time.monotonic() - started < 5  # not the fault's 60 s
+    [made] = client.fetch_withdrawals("USDT")
+    assert [a["id"] for a in answers] == [made["id"]]
+    assert local_exchange.state("upbit")["held"] == 0
+    assert local_exchange.release_holds("upbit") == 0  # nothing left to release
 
 
 def test_over_the_limit_answers_429_and_ignoring_it_earns_a_418_ban(upbit, local_exchange):

@@ -168,8 +168,11 @@ def story(request: MovementRequest) -> str:
     from movements.models import MovementEvent
 
     lines = []
+    first = None
     for event in MovementEvent.objects.filter(request=request).order_by("id"):
+        first = first or event.created_at
         lines.append(
+            f"+{(event.created_at - first).total_seconds():.1f}s "
             f"{event.node_key or '-'}: {event.old_state}->{event.new_state} {event.detail}"
         )
     return "\n".join(lines)
