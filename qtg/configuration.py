@@ -179,6 +179,15 @@ VARIABLES: list[Var] = [
         "a busy worker discards a backlog of stale sweeps instead of running each one.",
     ),
     v(
+        "QTG_SWEEP_BACKLOG",
+        "count",
+        "4",
+        section=CELERY,
+        doc="While a queue holds this many messages, beat sends no sweep whose last message "
+        "may still be waiting in it: a worker that falls behind finds one of each sweep, not "
+        "a backlog of copies in which the rare ones (recovery) expire unread.",
+    ),
+    v(
         "QTG_EXPIRE_APPROVALS_SECONDS",
         "seconds",
         "30",

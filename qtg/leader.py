@@ -20,9 +20,11 @@ every transition is a compare-and-set).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import time
 from datetime import timedelta
 
 from celery.beat import PersistentScheduler
@@ -80,14 +82,83 @@ def current(name: str):
 
 
 class LeaderScheduler(PersistentScheduler):
-    """Celery beat that sends only while it holds the ``beat`` lease."""
+    """Celery beat that sends only while it holds the ``beat`` lease, and that does not pile
+    sweeps into a queue its workers are not keeping up with.
+
+    Beat sends each sweep every interval whatever the workers do with them. A worker that
+    falls behind (a loaded machine, its peer paused holding messages) faces a queue that grows
+    by every tick's sweeps; each expires unread after a few intervals (``expires``), so the
+    queue's front is mostly the frequent ones (dispatch and observe, every tick) and the rare
+    ones (recovery, every fifth tick) can expire in it time after time: UNKNOWN nodes waited
+    tens of seconds for a recovery that was sent every 1.5 s. So while a queue holds
+    ``QTG_SWEEP_BACKLOG`` messages or more, a sweep whose last message may still be waiting
+    there (sent less than its ``expires`` ago) is not sent again: the queue then holds about
+    one of each sweep, and each is run before it expires. Any one sweep message does the whole
+    job (a sweep takes whatever is due when it runs), so nothing is lost by not sending a copy.
+    """
 
     lease_name = "beat"
+    # How long one reading of the queues' depths serves: a tick sends its due entries one
+    # after another within milliseconds.
+    depth_seconds = 0.2
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.holder = candidate_id()
         self.leading = False
+        self._lease_checked_at = float("-inf")
+        self._sent_at: dict[str, float] = {}
+        self._depths: dict[str, int] = {}
+        self._depths_read_at = float("-inf")
+        self.coalesced = 0  # sweeps not sent because one was still waiting
+
+    def apply_entry(self, entry, producer=None):
+        if self._still_waiting(entry):
+            self.coalesced += 1
+            logger.debug("beat: %s not sent, one is still waiting in its queue", entry.name)
+            return
+        super().apply_entry(entry, producer=producer)
+        self._sent_at[entry.name] = time.monotonic()
+
+    def _still_waiting(self, entry) -> bool:
+        from django.conf import settings
+
+        expires = (entry.options or {}).get("expires")
+        sent_at = self._sent_at.get(entry.name)
+        if expires is None or sent_at is None or time.monotonic() - sent_at >= expires:
+            return False
+        return self._depth(self._queue_of(entry)) >= settings.QTG_SWEEP_BACKLOG
+
+    def _queue_of(self, entry) -> str:
+        """The queue the app's routes send ``entry``'s task to."""
+        options = self.app.amqp.router.route(
+            dict(entry.options or {}), entry.task, entry.args, entry.kwargs
+        )
+        queue = options.get("queue") or self.app.conf.task_default_queue
+        return getattr(queue, "name", queue)
+
+    def _depth(self, queue: str) -> int:
+        """Messages ready in ``queue`` (0 when the broker cannot say: then beat sends)."""
+        now = time.monotonic()
+        if now - self._depths_read_at >= self.depth_seconds:
+            self._depths, self._depths_read_at = {}, now
+        if queue not in self._depths:
+            self._depths[queue] = self._read_depth(queue)
+        return self._depths[queue]
+
+    def _read_depth(self, queue: str) -> int:
+        try:
+            # A channel of its own: a broker that closes it (an unknown queue) leaves the
+            # producer's alone.
+            channel = self.producer.connection.channel()
+            try:
+                return int(channel.queue_declare(queue=queue, passive=True)[1])
+            finally:
+                with contextlib.suppress(Exception):
+                    channel.close()
+        except Exception:
+            logger.debug("beat: the depth of %s could not be read", queue, exc_info=True)
+            return 0
 
     @property
     def lease_seconds(self) -> float:
@@ -96,6 +167,13 @@ class LeaderScheduler(PersistentScheduler):
         return settings.QTG_SCHEDULER_LEASE_SECONDS
 
     def _check_lease(self) -> bool:
+        # Beat calls tick() once per entry it sends: the lease is written (a commit, so a WAL
+        # flush on PostgreSQL) a few times per lease, not once per message, or beat on a busy
+        # database sends only as fast as it can commit.
+        now = time.monotonic()
+        if self.leading and now < self._lease_checked_at + self.lease_seconds / 3:
+            return True
+        self._lease_checked_at = now
         try:
             leading = hold(self.lease_name, self.holder, self.lease_seconds)
         except DatabaseError:

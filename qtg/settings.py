@@ -273,6 +273,9 @@ def _every(seconds: float, task: str) -> dict:
 QTG_GAUGES_SECONDS = float(env("QTG_GAUGES_SECONDS", "15"))
 # A sweep message is never discarded sooner than this after beat sent it.
 QTG_SWEEP_EXPIRES_MIN_SECONDS = float(env("QTG_SWEEP_EXPIRES_MIN_SECONDS", "5"))
+# While a queue holds this many messages, beat sends no sweep whose last message may still be
+# waiting in it (qtg/leader.py): a worker behind finds one of each, not a backlog of copies.
+QTG_SWEEP_BACKLOG = int(env("QTG_SWEEP_BACKLOG", "4"))
 CELERY_BEAT_SCHEDULE = {
     "dispatch-ready-nodes": _every(QTG_TICK_SECONDS, "movements.dispatch_ready"),
     "observe-submitted-nodes": _every(QTG_TICK_SECONDS, "movements.observe_submitted"),

@@ -1,11 +1,15 @@
 """One leader per role through a database lease (qtg/leader.py): beat on several machines, one
 sending; another takes over when the leader stops renewing."""
 
+import contextlib
+import time
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.utils import timezone
+from kombu import Queue
 
 from ops.models import LeaderLease
 from qtg import leader
@@ -87,3 +91,111 @@ def test_every_sweep_message_expires_once_later_ones_are_due():
         expires = entry["options"]["expires"]
         assert expires >= settings.QTG_SWEEP_EXPIRES_MIN_SECONDS, name
         assert expires >= 3 * entry["schedule"], name
+
+
+@pytest.fixture
+def broker_queues():
+    """A Celery app like the product's on queues of its own (on this run's broker), and a
+    reader of what waits in them; the queues are deleted afterwards."""
+    from celery import Celery
+
+    from qtg.queues import all_queues, task_routes
+
+    base = f"qtg-coalesce-{uuid.uuid4().hex[:10]}"
+    app = Celery("qtg-coalesce", set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.task_default_queue = base
+    app.conf.task_routes = task_routes(base)
+
+    def waiting(queue: str) -> list[str]:
+        """The task names of the messages ready in ``queue``, taken off it."""
+        names = []
+        with app.connection_for_read() as connection:
+            bound = Queue(queue, no_declare=True)(connection.default_channel)
+            while (message := bound.get(no_ack=True)) is not None:
+                names.append(message.headers["task"])
+        return names
+
+    yield app, base, waiting
+    with app.connection_for_write() as connection:
+        for queue in all_queues(base):
+            with contextlib.suppress(Exception):
+                connection.channel().queue_delete(queue)
+
+
+def test_beat_sends_no_copy_of_a_sweep_still_waiting_in_a_queue_its_workers_are_behind_on(
+    broker_queues, settings
+):
+    # A worker that fell behind (a loaded machine, its peer paused holding messages) faced a
+    # queue growing by every tick's sweeps; the rare one, recovery, expired in it time after
+    # time while the frequent ones filled it, and an UNKNOWN node waited for tens of seconds.
+    app, base, waiting = broker_queues
+    settings.QTG_SWEEP_BACKLOG = 3
+    scheduler = leader.LeaderScheduler(app=app, lazy=True)
+    scheduler.depth_seconds = 0  # read the depth at every send
+
+    def entry(name, task, expires=60.0):
+        return scheduler.Entry(
+            name=name, task=task, schedule=1.0, options={"expires": expires}, app=app
+        )
+
+    dispatch = entry("dispatch", "movements.dispatch_ready")
+    recover = entry("recover", "movements.recover_unknown")
+    observe = entry("observe", "movements.observe_submitted", expires=0.5)
+    venues = f"{base}.venues"
+    try:
+        for _ in range(5):  # every tick, nobody consuming
+            scheduler.apply_entry(dispatch, producer=scheduler.producer)
+        # Sent while the queue was short; then a copy of one still waiting is not sent again.
+        assert waiting(venues) == ["movements.dispatch_ready"] * 3
+
+        for _ in range(3):
+            scheduler.apply_entry(dispatch, producer=scheduler.producer)
+        scheduler.apply_entry(observe, producer=scheduler.producer)
+        scheduler.apply_entry(recover, producer=scheduler.producer)
+        # The queue is behind again, but recovery has no message waiting in it: it goes.
+        scheduler.apply_entry(recover, producer=scheduler.producer)  # now it has one
+        scheduler.apply_entry(dispatch, producer=scheduler.producer)
+        time.sleep(0.6)  # observe's message has expired: another is sent
+        scheduler.apply_entry(observe, producer=scheduler.producer)
+        left = waiting(venues)
+        assert left.count("movements.dispatch_ready") == 3
+        assert left.count("movements.recover_unknown") == 1
+        # The second observe, and the first unless the broker dropped it when it expired
+        # (RabbitMQ does; Redis and the embedded broker leave that to the worker).
+        assert left.count("movements.observe_submitted") in (1, 2)
+        assert scheduler.coalesced == 2 + 2
+    finally:
+        scheduler.producer.connection.release()
+
+
+@pytest.mark.django_db
+def test_the_leading_beat_writes_its_lease_a_few_times_per_lease_not_per_message(monkeypatch):
+    # Beat calls tick() once per message it sends; each renewal is a commit (a WAL flush on
+    # PostgreSQL): on a busy database, beat sent only as fast as it could commit.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from qtg.celery import app
+
+    sent = []
+    scheduler = leader.LeaderScheduler(app=app, lazy=True)
+    monkeypatch.setattr(scheduler, "apply_entry", lambda entry, **kw: sent.append(entry.name))
+    scheduler.setup_schedule = lambda: None
+    scheduler._store = {"entries": {}}
+    scheduler.merge_inplace(app.conf.beat_schedule)
+    for entry in scheduler.schedule.values():
+        entry.last_run_at = timezone.now() - timedelta(days=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        for _ in range(len(app.conf.beat_schedule) + 1):
+            scheduler.tick()
+    assert set(sent) == set(app.conf.beat_schedule)
+    lease_writes = [q for q in queries if "ops_leaderlease" in q["sql"]]
+    assert 1 <= len(lease_writes) <= 3, [q["sql"] for q in lease_writes]
+
+    # A third of a lease later it renews again.
+    scheduler._lease_checked_at -= settings.QTG_SCHEDULER_LEASE_SECONDS / 3
+    with CaptureQueriesContext(connection) as queries:
+        scheduler.tick()
+    assert [q for q in queries if "UPDATE" in q["sql"] and "ops_leaderlease" in q["sql"]]
