@@ -110,6 +110,7 @@ class LeaderScheduler(PersistentScheduler):
         self._sent_at: dict[str, float] = {}
         self._depths: dict[str, int] = {}
         self._depths_read_at = float("-inf")
+        self._depth_channel = None
         self.coalesced = 0  # sweeps not sent because one was still waiting
 
     def apply_entry(self, entry, producer=None):
@@ -148,16 +149,17 @@ class LeaderScheduler(PersistentScheduler):
 
     def _read_depth(self, queue: str) -> int:
         try:
-            # A channel of its own: a broker that closes it (an unknown queue) leaves the
-            # producer's alone.
-            channel = self.producer.connection.channel()
-            try:
-                return int(channel.queue_declare(queue=queue, passive=True)[1])
-            finally:
-                with contextlib.suppress(Exception):
-                    channel.close()
+            # A channel of its own, kept while it works: a broker that closes it (an unknown
+            # queue) leaves the producer's alone, and the next reading opens another.
+            if self._depth_channel is None:
+                self._depth_channel = self.producer.connection.channel()
+            return int(self._depth_channel.queue_declare(queue=queue, passive=True)[1])
         except Exception:
             logger.debug("beat: the depth of %s could not be read", queue, exc_info=True)
+            channel, self._depth_channel = self._depth_channel, None
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    channel.close()
             return 0
 
     @property

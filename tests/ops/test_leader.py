@@ -143,28 +143,44 @@ def test_beat_sends_no_copy_of_a_sweep_still_waiting_in_a_queue_its_workers_are_
     recover = entry("recover", "movements.recover_unknown")
     observe = entry("observe", "movements.observe_submitted", expires=0.5)
     venues = f"{base}.venues"
+    queued = 0
+
+    def tick(entry):
+        """Beat's send of ``entry``; then wait until the broker counts what was sent (RabbitMQ
+        counts a message a moment after it was published)."""
+        nonlocal queued
+        before = scheduler.coalesced
+        scheduler.apply_entry(entry, producer=scheduler.producer)
+        if scheduler.coalesced == before:
+            queued += 1
+        deadline = time.monotonic() + 5
+        while scheduler._read_depth(venues) < queued and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     try:
         for _ in range(5):  # every tick, nobody consuming
-            scheduler.apply_entry(dispatch, producer=scheduler.producer)
+            tick(dispatch)
         # Sent while the queue was short; then a copy of one still waiting is not sent again.
         assert waiting(venues) == ["movements.dispatch_ready"] * 3
+        queued = 0
 
         for _ in range(3):
-            scheduler.apply_entry(dispatch, producer=scheduler.producer)
-        scheduler.apply_entry(observe, producer=scheduler.producer)
-        scheduler.apply_entry(recover, producer=scheduler.producer)
+            tick(dispatch)
+        tick(observe)
         # The queue is behind again, but recovery has no message waiting in it: it goes.
-        scheduler.apply_entry(recover, producer=scheduler.producer)  # now it has one
-        scheduler.apply_entry(dispatch, producer=scheduler.producer)
+        tick(recover)
+        tick(recover)  # now it has one
+        tick(dispatch)
+        assert scheduler.coalesced == 2 + 2
         time.sleep(0.6)  # observe's message has expired: another is sent
         scheduler.apply_entry(observe, producer=scheduler.producer)
+        assert scheduler.coalesced == 2 + 2
         left = waiting(venues)
         assert left.count("movements.dispatch_ready") == 3
         assert left.count("movements.recover_unknown") == 1
         # The second observe, and the first unless the broker dropped it when it expired
         # (RabbitMQ does; Redis and the embedded broker leave that to the worker).
         assert left.count("movements.observe_submitted") in (1, 2)
-        assert scheduler.coalesced == 2 + 2
     finally:
         scheduler.producer.connection.release()
 
