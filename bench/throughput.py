@@ -634,6 +634,12 @@ def main() -> None:
     parser.add_argument(
         "--peak", type=float, help="skip the throughput runs: latency at half this peak"
     )
+    parser.add_argument(
+        "--per-movement",
+        type=float,
+        default=9,
+        help="with --peak: node transitions per movement (cex_to_cex: 9, as the lane counts)",
+    )
     args = parser.parse_args()
     if not settings.DB_IS_POSTGRES:
         raise BenchCheckFailed("the benchmark runs on PostgreSQL: set DATABASE_URL")
@@ -674,7 +680,7 @@ def sitting(args, database: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     if args.peak:
-        latency_at_half(args, args.peak, per_movement=15)
+        latency_at_half(args, args.peak, per_movement=args.per_movement)
         return
     rows: dict[str, list[float]] = {}
 
