@@ -40,32 +40,38 @@ def test_a_released_lease_is_taken_at_once_and_roles_are_independent():
     assert leader.current("reaper").holder == "b"
 
 
+def _recording_scheduler(app, monkeypatch, sent: list, holder: str | None = None):
+    """A beat scheduler on the product's schedule, kept in memory, that records (holder,
+    entry name) in ``sent`` instead of sending."""
+    scheduler = leader.LeaderScheduler(app=app, lazy=True)
+    if holder is not None:
+        scheduler.holder = holder
+    monkeypatch.setattr(
+        scheduler,
+        "apply_entry",
+        lambda entry, s=scheduler, **kw: sent.append((s.holder, entry.name)),
+    )
+    scheduler.setup_schedule = lambda: None
+    scheduler._store = {"entries": {}}
+    return scheduler
+
+
+def _all_due(scheduler, app) -> None:
+    scheduler.merge_inplace(app.conf.beat_schedule)
+    for entry in scheduler.schedule.values():
+        entry.last_run_at = timezone.now() - timedelta(days=1)
+
+
 @pytest.mark.django_db
 def test_the_beat_scheduler_sends_only_while_it_leads(monkeypatch):
     from qtg.celery import app
 
     sent = []
-    schedulers = []
-    for _ in range(2):
-        scheduler = leader.LeaderScheduler(app=app, lazy=True)
-        scheduler.holder = f"beat-{len(schedulers)}"
-        monkeypatch.setattr(
-            scheduler,
-            "apply_entry",
-            lambda entry, s=scheduler, **kw: sent.append((s.holder, entry.name)),
-        )
-        scheduler.setup_schedule = lambda: None
-        scheduler._store = {"entries": {}}
-        schedulers.append(scheduler)
+    schedulers = [_recording_scheduler(app, monkeypatch, sent, f"beat-{n}") for n in range(2)]
     first, second = schedulers
 
-    def all_due(scheduler):
-        scheduler.merge_inplace(app.conf.beat_schedule)
-        for entry in scheduler.schedule.values():
-            entry.last_run_at = timezone.now() - timedelta(days=1)
-
     for scheduler in schedulers:
-        all_due(scheduler)
+        _all_due(scheduler, app)
 
     for _ in range(len(app.conf.beat_schedule) + 1):  # beat sends one due entry per tick
         first.tick()
@@ -77,7 +83,7 @@ def test_the_beat_scheduler_sends_only_while_it_leads(monkeypatch):
     # the leader dies without releasing: after its lease, the other one sends
     LeaderLease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     del sent[:]
-    all_due(second)
+    _all_due(second, app)
     for _ in range(len(app.conf.beat_schedule) + 1):
         second.tick()
     assert second.leading
@@ -195,18 +201,13 @@ def test_the_leading_beat_writes_its_lease_a_few_times_per_lease_not_per_message
     from qtg.celery import app
 
     sent = []
-    scheduler = leader.LeaderScheduler(app=app, lazy=True)
-    monkeypatch.setattr(scheduler, "apply_entry", lambda entry, **kw: sent.append(entry.name))
-    scheduler.setup_schedule = lambda: None
-    scheduler._store = {"entries": {}}
-    scheduler.merge_inplace(app.conf.beat_schedule)
-    for entry in scheduler.schedule.values():
-        entry.last_run_at = timezone.now() - timedelta(days=1)
+    scheduler = _recording_scheduler(app, monkeypatch, sent)
+    _all_due(scheduler, app)
 
     with CaptureQueriesContext(connection) as queries:
         for _ in range(len(app.conf.beat_schedule) + 1):
             scheduler.tick()
-    assert set(sent) == set(app.conf.beat_schedule)
+    assert {name for _, name in sent} == set(app.conf.beat_schedule)
     lease_writes = [q for q in queries if "ops_leaderlease" in q["sql"]]
     assert 1 <= len(lease_writes) <= 3, [q["sql"] for q in lease_writes]
 
