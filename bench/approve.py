@@ -38,6 +38,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qtg.settings")
 os.environ.setdefault("QTG_PROFILE", "embedded")
 os.environ["QTG_SANDBOX_ENABLED"] = "1"
 os.environ.setdefault("QTG_CLIENT_MAX_PENDING_COUNT", "1000000")
+os.environ.setdefault("QTG_CLIENT_MAX_PENDING_SHARE", "1")
 # Production-like: no DEBUG query log (it costs more per query than the query itself here).
 os.environ.setdefault("DJANGO_DEBUG", "0")
 # The delivery tasks each approve queues go to a broker directory of the run's own.
@@ -172,7 +173,9 @@ def create(creator: User, n: int, label: str, amount: str) -> list[MovementReque
             actor=Actor.for_user(creator),
         )
         if movement.request_state != "PENDING_APPROVAL":
-            raise BenchCheckFailed(f"{label} {i} is {movement.request_state}")
+            raise BenchCheckFailed(
+                f"{label} {i} is {movement.request_state}: {movement.failure_reason}"
+            )
         movements.append(movement)
     return movements
 
@@ -247,7 +250,7 @@ def sitting(args, database: str) -> None:
     for r in range(args.repeat):
         started = time.perf_counter()
         one = create(creator, n, f"one-{r}", "100.00")
-        two = create(creator, n, f"two-{r}", "5000.00")
+        two = create(creator, n, f"two-{r}", "1200.00")
         results = {
             "one approver": approve_all(one, first, "APPROVED"),
             "two: the first": approve_all(two, first, "PENDING_APPROVAL"),
