@@ -530,7 +530,7 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
     deployment = Deployment(count)
     approves = []
     try:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for i, request in enumerate(requests):
             wait = started + i / movements_per_s - time.perf_counter()
             if wait > 0:
@@ -538,7 +538,9 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
             t0 = time.perf_counter()
             movement_approve(request=request, actor=approver)
             approves.append(time.perf_counter() - t0)
-        offered = n / (time.perf_counter() - started)
+        approving = time.perf_counter() - started
+        offered = n / approving
+        approver_busy = (time.process_time() - cpu_started) / approving
         deployment.wait_done(requests)
     finally:
         deployment.stop()
@@ -553,6 +555,8 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
         "offered": offered,
         "n": n,
         "claims": claim_sizes_seen(watermark),
+        "approver_busy": approver_busy,
+        "workers_busy": deployment.busy,
     }
 
 
@@ -781,6 +785,11 @@ def latency_at_half(args, peak: float, per_movement: float) -> None:
         f"{percentile(approves, 0.95):.1f} ms  p99 {p99_a:.1f} ms  ({len(approves)} approves, "
         f"{latency['offered']:.1f}/s; target p99 < {APPROVE_P99_TARGET_MS} ms: "
         f"{verdict(p99_a < APPROVE_P99_TARGET_MS)})"
+    )
+    print(
+        f"CPU during it        the approving process {latency['approver_busy']:.0%} of a core; "
+        f"each worker {', '.join(f'{b:.0%}' for b in latency['workers_busy'])} (the peak above "
+        f"was measured with nobody approving); load average {os.getloadavg()[0]:.1f}"
     )
     claims = latency["claims"]
     if claims:
