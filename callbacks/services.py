@@ -50,6 +50,7 @@ from qtg.core import outbox
 from qtg.core.actors import Actor
 from qtg.core.contract import CONTRACT_VERSION
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
+from qtg.core.keyed import KeyColumn
 
 __all__ = [
     "EVENT_TYPES",
@@ -163,19 +164,15 @@ def _last_sequences(request_ids: set[Any]) -> dict[Any, int]:
     # sorts by never repeats and never goes back (a unique constraint holds it to that).
     # Written out rather than built by the ORM: every state change asks it, and compiling
     # the query cost more than running it.
-    meta = Event._meta
-    field = meta.get_field("request").target_field
-    quote = connection.ops.quote_name
-    column = quote(meta.get_field("request").column)
-    keys = list(request_ids)
+    quote, key = connection.ops.quote_name, KeyColumn(Event, "request")
+    among, params = key.among(request_ids)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {column}, MAX({quote(meta.get_field('sequence').column)}) "
-            f"FROM {quote(meta.db_table)} WHERE {column} IN ({', '.join(['%s'] * len(keys))}) "
-            f"GROUP BY {column}",
-            [field.get_db_prep_value(key, connection) for key in keys],
+            f"SELECT {key.column}, MAX({quote(Event._meta.get_field('sequence').column)}) "
+            f"FROM {quote(Event._meta.db_table)} WHERE {among} GROUP BY {key.column}",
+            params,
         )
-        return {field.to_python(key): last for key, last in cursor.fetchall()}
+        return {key.read(request): last for request, last in cursor.fetchall()}
 
 
 @dataclass

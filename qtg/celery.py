@@ -21,8 +21,8 @@ app.conf.CELERY_DB_REUSE_MAX = sys.maxsize
 app.autodiscover_tasks()
 
 
-def _close_old_connections(**kwargs) -> None:
-    if getattr(kwargs.get("task") and kwargs["task"].request, "is_eager", False):
+def _close_old_connections(task=None, **kwargs) -> None:
+    if task is not None and task.request.is_eager:
         return  # an eager task runs inside its caller's connection and transaction
     from django.db import close_old_connections
 

@@ -47,6 +47,7 @@ from django.db.models import Q
 from django.db.transaction import TransactionManagementError
 
 from qtg.core.audit_keys import LEGACY, audit_key
+from qtg.core.keyed import KeyColumn
 
 GENESIS = ""
 CHAIN_FIELDS = ("chain_prev", "chain_hash", "chain_key")
@@ -227,22 +228,17 @@ def chain_rows(rows: Sequence[ChainedModel]) -> None:
 def _heads(model: type[ChainedModel], streams: set) -> dict:
     """The link of each stream's newest row: one statement, written out rather than built by
     the ORM (every audit write asks it, and compiling the query cost ten times running it)."""
-    meta = model._meta
-    field = meta.get_field(model.chain_stream)
+    meta, key = model._meta, KeyColumn(model, model.chain_stream)
     quote = connection.ops.quote_name
-    table, pk, column = quote(meta.db_table), quote(meta.pk.column), quote(field.column)
-    streams = list(streams)
-    marks = ", ".join(["%s"] * len(streams))
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    among, params = key.among(streams)
     sql = (
-        f"SELECT {column}, {quote('chain_hash')} FROM {table} WHERE {pk} IN ("
-        f"SELECT MAX({pk}) FROM {table} WHERE {column} IN ({marks}) GROUP BY {column})"
+        f"SELECT {key.column}, {quote('chain_hash')} FROM {table} WHERE {pk} IN ("
+        f"SELECT MAX({pk}) FROM {table} WHERE {among} GROUP BY {key.column})"
     )
-    # A foreign key's column holds its target's values (a movement's UUID, stored as text on
-    # SQLite): read back as the attribute the rows carry.
-    value_field = field.target_field if field.is_relation else field
     with connection.cursor() as cursor:
-        cursor.execute(sql, [value_field.get_db_prep_value(s, connection) for s in streams])
-        return {value_field.to_python(stream): head for stream, head in cursor.fetchall()}
+        cursor.execute(sql, params)
+        return {key.read(stream): head for stream, head in cursor.fetchall()}
 
 
 def link_problem(row: ChainedModel) -> str | None:
