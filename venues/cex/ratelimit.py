@@ -8,7 +8,7 @@ request with that credential before it: a key told to wait that keeps calling ge
 """
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,15 +24,19 @@ class Budget:
 
 def take(credential: str, budget: Budget) -> float:
     """Take one token: 0.0 when the request may go now, else how many seconds to wait before
-    asking again (nothing was taken)."""
-    now = timezone.now()
+    asking again (nothing was taken).
+
+    The time is read once the row is locked: a caller that waited for the lock (behind a
+    transaction that held the row) must not be granted a token as of when it began to wait,
+    and the bucket's clock never goes back. Either would let requests granted apart leave
+    together, more of them in one second than the budget allows."""
     with transaction.atomic():
-        bucket = _locked(credential, budget, now)
+        bucket, now = _locked(credential, budget)
         if bucket.blocked_until is not None and bucket.blocked_until > now:
             return (bucket.blocked_until - now).total_seconds()
         elapsed = max(0.0, (now - bucket.refreshed_at).total_seconds())
         tokens = min(budget.burst, bucket.tokens + elapsed * budget.per_second)
-        bucket.refreshed_at = now
+        bucket.refreshed_at = max(now, bucket.refreshed_at)
         if tokens >= 1.0:
             bucket.tokens = tokens - 1.0
             wait = 0.0
@@ -45,10 +49,9 @@ def take(credential: str, budget: Budget) -> float:
 
 def block(credential: str, budget: Budget, *, seconds: float, reason: str) -> None:
     """Nobody asks with this credential for ``seconds`` (never shortening a longer block)."""
-    now = timezone.now()
-    until = now + timedelta(seconds=seconds)
     with transaction.atomic():
-        bucket = _locked(credential, budget, now)
+        bucket, now = _locked(credential, budget)
+        until = now + timedelta(seconds=seconds)
         if bucket.blocked_until is None or bucket.blocked_until < until:
             bucket.blocked_until = until
             bucket.blocked_reason = reason[:200]
@@ -70,8 +73,11 @@ def blocked_for(credential: str) -> float:
     return max(0.0, (until - timezone.now()).total_seconds())
 
 
-def _locked(credential: str, budget: Budget, now) -> CexRateBucket:
+def _locked(credential: str, budget: Budget) -> tuple[CexRateBucket, datetime]:
+    """The credential's row, locked (created full the first time), and the time read after the
+    lock was granted."""
     CexRateBucket.objects.get_or_create(
-        credential=credential, defaults={"tokens": budget.burst, "refreshed_at": now}
+        credential=credential, defaults={"tokens": budget.burst, "refreshed_at": timezone.now()}
     )
-    return CexRateBucket.objects.select_for_update().get(credential=credential)
+    bucket = CexRateBucket.objects.select_for_update().get(credential=credential)
+    return bucket, timezone.now()
