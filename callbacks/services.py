@@ -48,6 +48,7 @@ from movements.public import (
 )
 from qtg.core import outbox
 from qtg.core.actors import Actor
+from qtg.core.compiled import Compiled
 from qtg.core.contract import CONTRACT_VERSION
 from qtg.core.errors import ActionRefused, NotFound, NotPermitted
 from qtg.core.keyed import KeyColumn
@@ -139,13 +140,18 @@ def subscriptions_read_once() -> Iterator[None]:
         _READ_ONCE.reset(token)
 
 
+_ACTIVE = Compiled(
+    lambda: Subscription.objects.filter(is_active=True, deleted_at__isnull=True).select_related(
+        "owner"
+    )
+)
+
+
 def _active_subscriptions() -> list[Subscription]:
     cache = _READ_ONCE.get()
     if cache is not None and "active" in cache:
         return cache["active"]
-    active = list(
-        Subscription.objects.filter(is_active=True, deleted_at__isnull=True).select_related("owner")
-    )
+    active = _ACTIVE()
     if cache is not None:
         cache["active"] = active
     return active

@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db.models import CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.utils import timezone
@@ -17,6 +18,7 @@ from movements.models import (
     MovementRequest,
     MovementRequestNode,
 )
+from qtg.core.compiled import Compiled
 
 VIEW_ALL_PERMISSIONS = ("movements.view_movementrequest", "movements.change_movementrequest")
 
@@ -51,10 +53,17 @@ def current_nodes(
     (``state.batch()``), after what it holds is written, so the read sees it."""
     if writer is not None:
         writer.flush()
+    return _CURRENT_NODES(lock, request=request.pk)
+
+
+def _current_nodes(lock: bool, *, request: Any) -> QuerySet:
     qs = MovementRequestNode.objects.current().filter(request=request).select_related("plan_node")
     if lock:
         qs = qs.select_for_update(of=("self",), no_key=True)
-    return list(qs.order_by("plan_node__position", "pk"))
+    return qs.order_by("plan_node__position", "pk")
+
+
+_CURRENT_NODES = Compiled(_current_nodes, request=MovementRequestNode._meta.get_field("request"))
 
 
 def successor_keys(request: MovementRequest, node_key: str) -> list[str]:
@@ -174,6 +183,15 @@ def actor_authority(actor: Any) -> list[str]:
     user = actor.user
     if user is None:
         return []
+    found: dict[str, set[str]] = {"permission": set(), "group": set()}
+    for kind, first, second in _AUTHORITY(user=user.pk):
+        found[kind].add(f"{first}.{second}" if kind == "permission" else first)
+    if not hasattr(user, "_perm_cache") and user.is_active and not user.is_anonymous:
+        user._perm_cache = found["permission"]
+    return sorted(found["group"])
+
+
+def _authority(*, user: Any) -> QuerySet:
     text = CharField()
     permissions = (
         Permission.objects.filter(Q(user=user) | Q(group__user=user))
@@ -185,19 +203,13 @@ def actor_authority(actor: Any) -> list[str]:
         .order_by()
         .values_list(Value("group", output_field=text), "name", Value("", output_field=text))
     )
-    found: dict[str, set[str]] = {"permission": set(), "group": set()}
-    for kind, first, second in permissions.union(groups, all=True):
-        found[kind].add(f"{first}.{second}" if kind == "permission" else first)
-    if not hasattr(user, "_perm_cache") and user.is_active and not user.is_anonymous:
-        user._perm_cache = found["permission"]
-    return sorted(found["group"])
+    return permissions.union(groups, all=True)
 
 
-def movement_for_decision(pk: Any, *, lock: bool = True) -> MovementRequest:
-    """The movement read once for an operator's decision, under its row lock: with its
-    creator, reservation and approval policy, whether it has open attention (``has_open_
-    attention``), and the link of its newest audit event (``event_head``, None without one)
-    for the events the decision appends (``qtg.core.chain.heads_known``)."""
+_AUTHORITY = Compiled(_authority, user=lambda: get_user_model()._meta.pk)
+
+
+def _for_decision(lock: bool, *, pk: Any):
     newest_event = MovementEvent.objects.filter(request_id=OuterRef("pk")).order_by("-pk")
     open_attention = MovementAttention.objects.filter(
         request_id=OuterRef("pk"), resolved_at__isnull=True
@@ -210,7 +222,22 @@ def movement_for_decision(pk: Any, *, lock: bool = True) -> MovementRequest:
     )
     if lock:
         qs = qs.select_for_update(of=("self",), no_key=True)
-    return qs.get(pk=pk)
+    return qs.filter(pk=pk)
+
+
+_FOR_DECISION = Compiled(_for_decision, pk=MovementRequest._meta.pk)
+
+
+def movement_for_decision(pk: Any, *, lock: bool = True) -> MovementRequest:
+    """The movement read once for an operator's decision, under its row lock: with its
+    creator, reservation and approval policy, whether it has open attention (``has_open_
+    attention``), and the link of its newest audit event (``event_head``, None without one)
+    for the events the decision appends (``qtg.core.chain.heads_known``). Compiled once
+    (``qtg.core.compiled``): every approve and reject sends it."""
+    found = _FOR_DECISION(lock, pk=pk)
+    if not found:
+        raise MovementRequest.DoesNotExist(f"movement {pk} does not exist")
+    return found[0]
 
 
 def reservation_known(movement: MovementRequest, reservation: Any) -> None:

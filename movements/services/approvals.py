@@ -33,6 +33,7 @@ from movements.policies import distinct_approvers, policy_decide_refusal
 from movements.selectors import actor_groups
 from movements.services.state import record_event, save_fields
 from qtg.core.actors import Actor
+from qtg.core.compiled import Compiled
 from qtg.core.errors import InvalidInput
 from qtg.core.money import format_amount
 from qtg.core.policies import enforce, lacks_permission
@@ -51,13 +52,12 @@ def _covers(policy: ApprovalPolicy, request: MovementRequest) -> bool:
     )
 
 
+_ACTIVE_POLICIES = Compiled(lambda: ApprovalPolicy.objects.filter(status=PolicyStatus.ACTIVE))
+
+
 def approval_policy_for(request: MovementRequest) -> ApprovalPolicy | None:
     """The active policy that governs ``request``: the strictest of those covering it."""
-    covering = [
-        policy
-        for policy in ApprovalPolicy.objects.filter(status=PolicyStatus.ACTIVE)
-        if _covers(policy, request)
-    ]
+    covering = [policy for policy in _ACTIVE_POLICIES() if _covers(policy, request)]
     return max(
         covering,
         key=lambda p: (p.approvals_required, len(p.required_groups), p.key),
@@ -250,12 +250,9 @@ def plan_read(request: MovementRequest) -> tuple[str, list[tuple[str, str]]]:
     return plans_read([request])[request.pk]
 
 
-def plans_read(
-    requests: Sequence[MovementRequest],
-) -> dict[Any, tuple[str, list[tuple[str, str]]]]:
-    """``plan_read`` of several movements in one query (the dispatch batch)."""
-    rows = (
-        MovementPlanNode.objects.filter(request_id__in=[r.pk for r in requests])
+def _plans(*, requests: list[Any]):
+    return (
+        MovementPlanNode.objects.filter(request_id__in=requests)
         .order_by()
         .values_list(
             "request_id",
@@ -265,6 +262,16 @@ def plans_read(
             "out_edges__target__position",
         )
     )
+
+
+_PLANS = Compiled(_plans, requests=MovementPlanNode._meta.get_field("request"))
+
+
+def plans_read(
+    requests: Sequence[MovementRequest],
+) -> dict[Any, tuple[str, list[tuple[str, str]]]]:
+    """``plan_read`` of several movements in one query (the dispatch batch)."""
+    rows = _PLANS(requests=[r.pk for r in requests])
     nodes: dict[Any, dict[str, list]] = {r.pk: {} for r in requests}
     edges: dict[Any, list] = {r.pk: [] for r in requests}
     bound = len(PLAN_NODE_BOUND)

@@ -60,6 +60,7 @@ from movements.services.state import (
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.chain import GENESIS, heads_known
+from qtg.core.compiled import Compiled
 from qtg.core.errors import (
     ActionRefused,
     NotFound,
@@ -80,6 +81,17 @@ def cancel_waiting_nodes(
     save_fields(request, ["current_frontier"])
 
 
+def _approvals(*, request: Any):
+    return (
+        MovementApproval.objects.filter(request=request)
+        .select_related("approved_by")
+        .order_by("pk")
+    )
+
+
+_APPROVALS = Compiled(_approvals, request=MovementApproval._meta.get_field("request"))
+
+
 @transaction.atomic
 def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> MovementRequest:
     """Record one approval, bound to the movement as it is now (plan, amount, asset, source,
@@ -96,11 +108,7 @@ def movement_approve(*, request: MovementRequest | Any, actor: Actor) -> Movemen
     event_head = request.event_head or GENESIS
     with heads_known({MovementEvent: {request.pk: event_head}}):
         refresh_requirement(request, actor=actor)
-        every = list(
-            MovementApproval.objects.filter(request=request)
-            .select_related("approved_by")
-            .order_by("pk")
-        )
+        every = _APPROVALS(request=request.pk)
         approvals = sorted(
             (a for a in every if a.void_at is None), key=lambda a: (a.approved_at, a.pk)
         )

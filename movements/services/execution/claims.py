@@ -50,6 +50,7 @@ from movements.services.state import (
 from movements.services.writers import RowWriter
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
+from qtg.core.compiled import Compiled
 
 NS = NodeState
 RS = RequestState
@@ -128,7 +129,7 @@ def other_side_effect() -> Exists:
     )
 
 
-def _claimable(states: tuple, request_states: tuple, now: Any):
+def _claimable(states: tuple, request_states: tuple, limit: int, *, now: Any):
     qs = (
         MovementRequestNode.objects.current()
         .filter(node_state__in=states, request__request_state__in=request_states)
@@ -145,7 +146,11 @@ def _claimable(states: tuple, request_states: tuple, now: Any):
         # holds either: a worker holding a node lock never waits for its request's lock.
         .select_for_update(skip_locked=True, of=("self", "request"), no_key=True)
         .order_by("next_attempt_at", "id")
-    )
+    )[:limit]
+
+
+# Every claim sends it: compiled once per claim shape (``qtg.core.compiled``).
+_CLAIMABLE = Compiled(_claimable, now=MovementRequestNode._meta.get_field("next_attempt_at"))
 
 
 def _served(node: MovementRequestNode) -> bool:
@@ -240,6 +245,18 @@ def _park_unserved(nodes: list[MovementRequestNode], actor: Actor, writes: RowWr
         )
 
 
+def _upstream_rows(*, requests: list[Any]):
+    return (
+        MovementRequestNode.objects.current()
+        .filter(request_id__in=requests)
+        .values_list("request_id", "node_key", "executor", "node_state", "external_ref", "result")
+        .annotate(config=F("plan_node__config"))
+    )
+
+
+_UPSTREAM = Compiled(_upstream_rows, requests=MovementRequestNode._meta.get_field("request"))
+
+
 def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]]:
     """What the executors that look upstream need: the other current nodes of their requests,
     read with one query for the whole batch."""
@@ -247,12 +264,7 @@ def _upstream(nodes: list[MovementRequestNode]) -> dict[Any, dict[str, Upstream]
     upstream: dict[Any, dict[str, Upstream]] = {pk: {} for pk in request_ids}
     if not request_ids:
         return upstream
-    rows = (
-        MovementRequestNode.objects.current()
-        .filter(request_id__in=request_ids)
-        .values_list("request_id", "node_key", "executor", "node_state", "external_ref", "result")
-        .annotate(config=F("plan_node__config"))
-    )
+    rows = _UPSTREAM(requests=list(request_ids))
     for request_id, key, executor, state, external_ref, result, config in rows:
         upstream[request_id][key] = Upstream(
             executor=executor,
@@ -311,7 +323,7 @@ def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
 def _lock_batch(states: tuple, request_states: tuple, as_of: Any, limit: int) -> list:
     """Lock up to ``limit`` due nodes (and their requests) in one statement. Nodes of the same
     request share one request instance, so a request transition is seen by all of them."""
-    nodes = list(_claimable(states, request_states, as_of or timezone.now())[: max(1, limit)])
+    nodes = _CLAIMABLE(states, request_states, max(1, limit), now=as_of or timezone.now())
     requests: dict[Any, MovementRequest] = {}
     for node in nodes:
         node.request = requests.setdefault(node.request_id, node.request)

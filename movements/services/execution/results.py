@@ -48,6 +48,7 @@ from movements.services.state import batch, record_event, save_fields, set_node_
 from movements.services.writers import RowWriter
 from movements.states import NodeState
 from qtg.core.actors import Actor
+from qtg.core.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 
@@ -74,22 +75,34 @@ class Result:
     value: NodeState | None = None
 
 
-def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
-    request_ids = sorted({claim.request_id for claim in claims}, key=str)
-    requests = {
-        request.pk: request
-        for request in with_rows_for_payload(MovementRequest.objects.all())
+def _lock_requests(*, requests: list[Any]):
+    return (
+        with_rows_for_payload(MovementRequest.objects.all())
         .select_for_update(of=("self",), no_key=True)
-        .filter(pk__in=request_ids)
+        .filter(pk__in=requests)
         .order_by("pk")
-    }
-    nodes = list(
+    )
+
+
+def _lock_nodes(*, requests: list[Any]):
+    return (
         MovementRequestNode.objects.current()
-        .filter(request_id__in=request_ids)
+        .filter(request_id__in=requests)
         .select_related("plan_node")
         .select_for_update(of=("self",), no_key=True)
         .order_by("request_id", "plan_node__position", "pk")
     )
+
+
+# Every result transaction sends both (``qtg.core.compiled``).
+_LOCK_REQUESTS = Compiled(_lock_requests, requests=MovementRequest._meta.pk)
+_LOCK_NODES = Compiled(_lock_nodes, requests=MovementRequestNode._meta.get_field("request"))
+
+
+def _lock_claimed(claims: list[Claim]) -> dict[int, Locked]:
+    request_ids = sorted({claim.request_id for claim in claims}, key=str)
+    requests = {request.pk: request for request in _LOCK_REQUESTS(requests=request_ids)}
+    nodes = _LOCK_NODES(requests=request_ids)
     by_request: dict[Any, list[MovementRequestNode]] = {pk: [] for pk in requests}
     for node in nodes:
         node.request = requests[node.request_id]
