@@ -359,18 +359,28 @@ def refresh_requirement(request: MovementRequest, *, actor: Actor) -> None:
 APPROVAL_MISSING = "approval missing or altered"
 
 
+def _requirement_events(*, requests: list[Any]):
+    from movements.models import MovementEvent
+
+    return MovementEvent.objects.filter(
+        request_id__in=requests, detail__has_key="approvals_required"
+    ).order_by("request_id", "pk")
+
+
+_REQUIREMENT_EVENTS = Compiled(
+    _requirement_events,
+    requests=MovementRequest._meta.pk,
+)
+
+
 def _recorded_requirements(requests: Sequence[MovementRequest]) -> dict[Any, tuple[Any, str]]:
     """Per movement, what approving it takes as the audit chain recorded it (the latest linked
     event carrying ``approvals_required``: the VALIDATED event at create, or a policy change
     at approval), or why it cannot be read. One query for the batch."""
-    from movements.models import MovementEvent
     from qtg.core.chain import link_problem
 
     found: dict[Any, tuple[Any, str]] = {}
-    events = MovementEvent.objects.filter(
-        request_id__in=[r.pk for r in requests], detail__has_key="approvals_required"
-    ).order_by("request_id", "pk")
-    for event in events:
+    for event in _REQUIREMENT_EVENTS(requests=[r.pk for r in requests]):
         problem = link_problem(event)
         if problem:
             found[event.request_id] = (None, f"the recorded quorum (event {event.pk}): {problem}")
@@ -413,6 +423,12 @@ def _approval_problem(
     return None
 
 
+_APPROVALS_OF = Compiled(
+    lambda *, requests: MovementApproval.objects.filter(request_id__in=requests),
+    requests=MovementRequest._meta.pk,
+)
+
+
 def void_changed_approvals(
     requests: Sequence[MovementRequest], *, actor: Actor, writer: Any = None
 ) -> dict[Any, str]:
@@ -425,7 +441,7 @@ def void_changed_approvals(
     if not requests:
         return {}
     by_request: dict[Any, list[MovementApproval]] = {r.pk: [] for r in requests}
-    for approval in MovementApproval.objects.filter(request_id__in=list(by_request)):
+    for approval in _APPROVALS_OF(requests=list(by_request)):
         by_request[approval.request_id].append(approval)
     requirements = _recorded_requirements(requests)
     judged = [r for r in requests if by_request[r.pk] or r.pk in requirements or _keyed(r)]
