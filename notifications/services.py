@@ -49,6 +49,7 @@ from notifications.models import (
 )
 from qtg.core import money, outbox
 from qtg.core.actors import Actor
+from qtg.core.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 
@@ -90,20 +91,33 @@ KIND_ACTIONS: dict[str, set[str]] = {
 
 def _candidates(kind: str) -> list[Any]:
     """Active staff holding a permission the kind needs (superusers included), with an email."""
-    user_model = get_user_model()
     ids: set[Any] = set()
     for perm in KIND_PERMISSIONS[kind]:
-        ids.update(
-            user_model.objects.with_perm(
-                perm, is_active=True, include_superusers=True, backend=MODEL_BACKEND
-            ).values_list("pk", flat=True)
-        )
-    return list(
-        user_model.objects.filter(pk__in=ids, is_staff=True, is_active=True)
+        ids.update(_HOLDING(perm))
+    return _STAFF(users=sorted(ids))
+
+
+def _holding(perm: str):
+    return (
+        get_user_model()
+        .objects.with_perm(perm, is_active=True, include_superusers=True, backend=MODEL_BACKEND)
+        .values_list("pk", flat=True)
+    )
+
+
+def _staff(*, users: list[Any]):
+    return (
+        get_user_model()
+        .objects.filter(pk__in=users, is_staff=True, is_active=True)
         .exclude(email="")
         .prefetch_related("groups")
         .order_by("pk")
     )
+
+
+# Every create and approve asks who to tell (``qtg.core.compiled``).
+_HOLDING = Compiled(_holding)
+_STAFF = Compiled(_staff, users=lambda: get_user_model()._meta.pk)
 
 
 def can_act(
