@@ -25,11 +25,11 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.transaction import TransactionManagementError
 
+from qtg.core.keyed import value_field
+
 
 def _sample(field: models.Field) -> Any:
     """A value of ``field``'s type that no real parameter of the statement will equal."""
-    if field.is_relation:
-        field = field.target_field
     kind = field.get_internal_type()
     if kind == "UUIDField":
         return uuid.uuid4()
@@ -68,15 +68,18 @@ class _Statement:
             self.positions[slot] = found
 
     def _prepare(self, name: str, value: Any) -> Any:
-        field = self.fields[name]
-        if field.is_relation:
-            field = field.target_field
-        connection = self.compiler.connection
-        return field.get_db_prep_value(field.get_prep_value(value), connection, prepared=True)
+        return self.fields[name].get_db_prep_value(value, self.compiler.connection)
 
     def run(self, values: dict[str, Any]) -> list:
         connection = self.compiler.connection
-        if self.queryset.query.select_for_update and connection.get_autocommit():
+        features = connection.features
+        if (
+            # The ORM's own refusal, where it makes one (SQLite has no row locks to take).
+            self.queryset.query.select_for_update
+            and features.has_select_for_update
+            and features.supports_transactions
+            and connection.get_autocommit()
+        ):
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
@@ -136,7 +139,7 @@ class Compiled:
     def _fields(self) -> dict[str, models.Field]:
         if self._resolved is None:
             self._resolved = {
-                name: field if isinstance(field, models.Field) else field()
+                name: value_field(field if isinstance(field, models.Field) else field())
                 for name, field in self._markers.items()
             }
         return self._resolved

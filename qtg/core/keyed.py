@@ -7,6 +7,12 @@ from typing import Any
 from django.db import connection, models
 
 
+def value_field(field: models.Field) -> models.Field:
+    """The field whose values ``field``'s column holds: a foreign key's target field (a
+    movement's UUID), else ``field`` itself."""
+    return field.target_field if field.is_relation else field
+
+
 class KeyColumn:
     """A field of ``model`` used as the key of a hand-written statement: its quoted column, the
     ``IN`` condition on a set of keys with their parameters, and a value read back as the
@@ -16,7 +22,7 @@ class KeyColumn:
     def __init__(self, model: type[models.Model], name: str) -> None:
         field = model._meta.get_field(name)
         self.column = connection.ops.quote_name(field.column)
-        self._values = field.target_field if field.is_relation else field
+        self._values = value_field(field)
 
     def among(self, keys: Iterable[Any]) -> tuple[str, list[Any]]:
         """``column IN (...)`` for ``keys`` (not empty), and its parameters."""
