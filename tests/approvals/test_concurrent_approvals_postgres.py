@@ -5,7 +5,6 @@ import threading
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 
 from movements.models import MovementApproval, MovementRequest
 from movements.services import movement_approve, movement_create, route_templates_sync
@@ -14,6 +13,7 @@ from movements.states import RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import QTGError
 from tests.approvals.conftest import staff
+from tests.threads import own_connection
 
 APPROVERS = 8
 
@@ -45,6 +45,7 @@ def test_concurrent_approvals_make_exactly_one_transition():
     outcomes: list[str] = []
     errors: list[BaseException] = []
 
+    @own_connection(errors)
     def approve(user) -> None:
         try:
             start.wait(timeout=30)
@@ -52,10 +53,6 @@ def test_concurrent_approvals_make_exactly_one_transition():
             outcomes.append("approved")
         except QTGError as exc:
             outcomes.append(exc.code)
-        except BaseException as exc:  # reported below: a thread must not die silently
-            errors.append(exc)
-        finally:
-            connection.close()
 
     threads = [threading.Thread(target=approve, args=(user,)) for user in users]
     for thread in threads:

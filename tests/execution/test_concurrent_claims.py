@@ -4,7 +4,7 @@ SKIP LOCKED hands every node to exactly one of them."""
 import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from movements.models import MovementRequest, MovementRequestNode
 from movements.selectors import current_nodes
@@ -13,6 +13,7 @@ from movements.services.execution import sweeps
 from movements.services.guards import lock_request
 from movements.states import RequestState
 from tests.execution.conftest import assert_history_replays, ledger
+from tests.threads import own_connection
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -30,20 +31,14 @@ def test_concurrent_workers_claim_each_node_once_and_side_effects_happen_once(ma
             claims.extend(claim.node_id for claim in batch)
         return batch
 
+    @own_connection(errors)
     def work(name: str) -> None:
-        try:
-            for _ in range(400):
-                if not MovementRequest.objects.exclude(
-                    request_state=RequestState.COMPLETED
-                ).exists():
-                    return
-                execution.dispatch_ready_nodes(owner=name)
-                execution.observe_submitted_nodes(owner=name)
-                execution.recover_unknown_nodes(owner=name)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-        finally:
-            connection.close()
+        for _ in range(400):
+            if not MovementRequest.objects.exclude(request_state=RequestState.COMPLETED).exists():
+                return
+            execution.dispatch_ready_nodes(owner=name)
+            execution.observe_submitted_nodes(owner=name)
+            execution.recover_unknown_nodes(owner=name)
 
     sweeps.claim_ready_nodes = recording_claim
     try:
@@ -92,26 +87,18 @@ def test_a_node_enters_submitting_while_an_operator_holds_its_movement_and_sees_
 
     claim.executor.submit = submit
 
+    @own_connection(errors)
     def operator() -> None:
-        try:
-            with transaction.atomic():
-                lock_request(request)  # the lock every operator action takes first
-                locked.set()
-                release.wait(timeout=20)
-                nodes = current_nodes(request, lock=True)  # and then its nodes
-                seen.extend(n.node_state for n in nodes if n.node_key == claim.node.node_key)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            lock_request(request)  # the lock every operator action takes first
+            locked.set()
+            release.wait(timeout=20)
+            nodes = current_nodes(request, lock=True)  # and then its nodes
+            seen.extend(n.node_state for n in nodes if n.node_key == claim.node.node_key)
 
+    @own_connection(errors)
     def worker() -> None:
-        try:
-            execution.run_action(claim)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
+        execution.run_action(claim)
 
     holder = threading.Thread(target=operator)
     holder.start()

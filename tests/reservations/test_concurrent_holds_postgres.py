@@ -5,7 +5,6 @@ import threading
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 
 from movements.services import movement_create, route_templates_sync
 from movements.states import RequestState
@@ -13,6 +12,7 @@ from qtg.core.actors import Actor
 from reservations.models import Reservation, ReservationState
 from reservations.services import hardcap_ensure, hardcap_in_flight
 from tests.conftest import make_user
+from tests.threads import own_connection
 
 THREADS = 24
 AMOUNT = Decimal("100")
@@ -29,22 +29,18 @@ def test_concurrent_creators_never_push_the_in_flight_sum_past_the_cap():
     states: list[str] = []
     errors: list[BaseException] = []
 
+    @own_connection(errors)
     def create(user) -> None:
-        try:
-            start.wait(timeout=30)
-            request = movement_create(
-                template="cex_to_cex",
-                asset="EURC",
-                amount=AMOUNT,
-                source="venue-a",
-                destination="venue-b",
-                actor=Actor.for_user(user),
-            )
-            states.append(request.request_state)
-        except BaseException as exc:  # reported below: a thread must not die silently
-            errors.append(exc)
-        finally:
-            connection.close()  # each thread had its own connection
+        start.wait(timeout=30)
+        request = movement_create(
+            template="cex_to_cex",
+            asset="EURC",
+            amount=AMOUNT,
+            source="venue-a",
+            destination="venue-b",
+            actor=Actor.for_user(user),
+        )
+        states.append(request.request_state)
 
     threads = [threading.Thread(target=create, args=(user,)) for user in users]
     for thread in threads:

@@ -8,9 +8,10 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from tests.threads import own_connection
 from venues.cex import ratelimit
 from venues.cex.models import CexRateBucket
 
@@ -33,26 +34,18 @@ def test_a_caller_that_waited_for_the_bucket_is_not_granted_a_token_from_before_
     granted: list[float] = []  # when each take() that was granted returned
     errors: list[BaseException] = []
 
+    @own_connection(errors)
     def hold() -> None:
-        try:
-            with transaction.atomic():
-                CexRateBucket.objects.select_for_update().get(credential="iris:test")
-                holding.set()
-                time.sleep(HELD_SECONDS)
-            released.set()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            CexRateBucket.objects.select_for_update().get(credential="iris:test")
+            holding.set()
+            time.sleep(HELD_SECONDS)
+        released.set()
 
+    @own_connection(errors)
     def ask() -> None:
-        try:
-            if ratelimit.take("iris:test", BUDGET) == 0.0:
-                granted.append(time.monotonic())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        if ratelimit.take("iris:test", BUDGET) == 0.0:
+            granted.append(time.monotonic())
 
     holder = threading.Thread(target=hold)
     holder.start()
