@@ -69,6 +69,11 @@ def test_a_worker_killed_mid_transfer_moves_the_balance_once_with_one_transactio
     assert_history_replays(request)
 
 
+# Enough that, on a loaded machine, one worker's sweeps do not take them all before the others'
+# (with 9, one worker sent every one in a CI run beside the PostgreSQL suite).
+TRANSFERS = 18
+
+
 def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twice(
     cluster, devchain, tokens, creator, recipient
 ):
@@ -79,16 +84,16 @@ def test_three_workers_sending_from_one_address_use_contiguous_nonces_never_twic
     cluster.start_workers(3)
     treasury = devchain.accounts[1].address
     first = devchain.web3.eth.get_transaction_count(treasury)
-    requests = [transfer(creator, recipient, amount="1.25") for _ in range(9)]
+    requests = [transfer(creator, recipient, amount="1.25") for _ in range(TRANSFERS)]
 
     for request in requests:
         settled(request, timeout=180)
 
     assert {r.request_state for r in requests} == {RequestState.COMPLETED}
     nonces = sorted(ChainTransaction.objects.values_list("nonce", flat=True))
-    assert nonces == list(range(first, first + 9))
-    assert devchain.web3.eth.get_transaction_count(treasury) == first + 9
-    assert balance(devchain, tokens["USDC"], recipient) == 9 * 1_250_000
+    assert nonces == list(range(first, first + TRANSFERS))
+    assert devchain.web3.eth.get_transaction_count(treasury) == first + TRANSFERS
+    assert balance(devchain, tokens["USDC"], recipient) == TRANSFERS * 1_250_000
     actors = MovementEvent.objects.filter(
         node_key="transfer", new_state="SUBMITTING", actor_id__startswith="worker:"
     ).values_list("actor_id", flat=True)
