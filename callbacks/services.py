@@ -303,7 +303,13 @@ def events_publish(*, limit: int = 1000) -> int:
 
     One publisher at a time (the counter row's lock; a second one skips rather than waits),
     so positions become visible in increasing order and a cursor never passes an event that
-    is published later."""
+    is published later. On PostgreSQL in one statement, its own transaction when none is open
+    (every worker's result commit publishes: one round trip, not a transaction of two)."""
+    if connection.vendor == "postgresql":
+        published = _publish_in_one_statement(limit)
+        if published is not None:
+            return published
+        # No counter row was locked: another publisher holds it, or there is none yet.
     with transaction.atomic():
         counter = FeedCounter.objects.select_for_update(skip_locked=True).filter(pk=1).first()
         if counter is None:
@@ -311,8 +317,6 @@ def events_publish(*, limit: int = 1000) -> int:
                 return 0  # another publisher holds it
             counter, _ = FeedCounter.objects.get_or_create(pk=1)
             counter = FeedCounter.objects.select_for_update().get(pk=1)
-        if connection.vendor == "postgresql":
-            return _number_events(counter.last_position, limit)
         events = list(Event.objects.filter(position__isnull=True).order_by("id")[:limit])
         for event in events:
             counter.last_position += 1
@@ -323,29 +327,38 @@ def events_publish(*, limit: int = 1000) -> int:
     return len(events)
 
 
-# The events without a position numbered after ``last`` in id order, and the counter moved
-# past them, in one statement (PostgreSQL; under the counter row's lock, as above).
-_NUMBER_EVENTS = """
-WITH numbered AS (
-    SELECT id, row_number() OVER (ORDER BY id) AS n FROM {events}
-    WHERE "position" IS NULL ORDER BY id LIMIT %(limit)s
+# The counter row locked (skipped if another publisher holds it), the events without a
+# position numbered after its last one in id order, and the counter moved past them: one
+# statement. Its data-modifying parts see one snapshot; the lock is the statement's (or the
+# caller's transaction's) until commit, as the ORM's two statements held it.
+_PUBLISH = """
+WITH counter AS (
+    SELECT id, last_position FROM {counter} WHERE id = 1 FOR UPDATE SKIP LOCKED
+), numbered AS (
+    SELECT waiting.id, counter.last_position + row_number() OVER (ORDER BY waiting.id) AS n
+    FROM counter, LATERAL (
+        SELECT id FROM {events} WHERE "position" IS NULL ORDER BY id LIMIT %(limit)s
+    ) AS waiting
 ), published AS (
-    UPDATE {events} SET "position" = %(last)s + numbered.n
+    UPDATE {events} SET "position" = numbered.n
     FROM numbered WHERE {events}.id = numbered.id RETURNING 1
 )
-UPDATE {counter} SET last_position = %(last)s + (SELECT count(*) FROM published)
-WHERE id = 1 RETURNING last_position - %(last)s
+UPDATE {counter} SET last_position = counter.last_position + (SELECT count(*) FROM published)
+FROM counter WHERE {counter}.id = counter.id
+RETURNING (SELECT count(*) FROM published)
 """
 
 
-def _number_events(last: int, limit: int) -> int:
-    sql = _NUMBER_EVENTS.format(
+def _publish_in_one_statement(limit: int) -> int | None:
+    """How many events were published (None: no counter row was locked)."""
+    sql = _PUBLISH.format(
         events=connection.ops.quote_name(Event._meta.db_table),
         counter=connection.ops.quote_name(FeedCounter._meta.db_table),
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"last": last, "limit": limit})
-        return cursor.fetchone()[0]
+        cursor.execute(sql, {"limit": limit})
+        row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def _publish_after_commit() -> None:

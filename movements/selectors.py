@@ -309,26 +309,43 @@ def rows_held(nodes: dict[Any, list[MovementRequestNode]]) -> Iterator[None]:
                 movement.__dict__.pop(name, None)
 
 
+def _valid_approvals(*, requests: list[Any]) -> QuerySet:
+    return (
+        MovementApproval.objects.filter(request_id__in=requests, void_at__isnull=True)
+        .select_related("approved_by")
+        .order_by("approved_at", "pk")
+    )
+
+
+def _reservations(*, requests: list[Any]) -> QuerySet:
+    # The reservations app's model, reached through the relation (movements never imports it).
+    return MovementRequest.reservation.related.related_model.objects.filter(request_id__in=requests)
+
+
+def _open_attentions(*, requests: list[Any]) -> QuerySet:
+    return MovementAttention.objects.filter(
+        request_id__in=requests, resolved_at__isnull=True
+    ).order_by("since", "pk")
+
+
+# Every worker's result transaction sends them, for its callback events (``qtg.core.compiled``).
+_VALID_APPROVALS = Compiled(_valid_approvals, requests=MovementRequest._meta.pk)
+_RESERVATIONS = Compiled(_reservations, requests=MovementRequest._meta.pk)
+_OPEN_ATTENTIONS = Compiled(_open_attentions, requests=MovementRequest._meta.pk)
+
+
 def payload_details_read(movements: list[MovementRequest]) -> None:
     """For movements whose rows are held (``rows_held``): read what may have changed beside
     them, for all of them together: valid approvals (oldest first), reservation, and open
     attention where they have any. ``payload_details_dropped`` forgets them again."""
-    # The reservations app's model, reached through the relation (movements never imports it).
-    reservation_model = MovementRequest.reservation.related.related_model
     ids = [movement.pk for movement in movements]
     approvals: dict[Any, list] = {pk: [] for pk in ids}
-    for approval in (
-        MovementApproval.objects.filter(request_id__in=ids, void_at__isnull=True)
-        .select_related("approved_by")
-        .order_by("approved_at", "pk")
-    ):
+    for approval in _VALID_APPROVALS(requests=ids):
         approvals[approval.request_id].append(approval)
-    reservations = {r.request_id: r for r in reservation_model.objects.filter(request_id__in=ids)}
+    reservations = {r.request_id: r for r in _RESERVATIONS(requests=ids)}
     attentions: dict[Any, list] = {pk: [] for pk in ids}
     if watched := [m.pk for m in movements if getattr(m, "has_open_attention", True)]:
-        for entry in MovementAttention.objects.filter(
-            request_id__in=watched, resolved_at__isnull=True
-        ).order_by("since", "pk"):
+        for entry in _OPEN_ATTENTIONS(requests=watched):
             attentions[entry.request_id].append(entry)
     for movement in movements:
         movement.valid_approvals_list = approvals[movement.pk]

@@ -125,16 +125,22 @@ def test_an_attention_raised_by_a_result_write_is_in_the_events_it_causes(
     assert [entry["reason"] for entry in raised[0]["data"]["attention"]] == ["stuck"]
 
 
-def test_a_result_write_reads_no_movement_row_or_node_again_for_its_events(make_movement):
+def run_claimed_action(make_movement):
+    """An approved movement's first node claimed, then run: the movement, the claim and the
+    statements the run sent."""
     request = make_movement(approve=True)
     claim = execution.claim_ready_node(owner="w1")
-
     with CaptureQueriesContext(connection) as queries:
         execution.run_action(claim)
+    return request, claim, statements(queries)
+
+
+def test_a_result_write_reads_no_movement_row_or_node_again_for_its_events(make_movement):
+    request, _, sent = run_claimed_action(make_movement)
 
     reads = [
         sql
-        for sql in statements(queries)
+        for sql in sent
         if sql.startswith("SELECT")
         and (
             'FROM "movements_movementrequest"' in sql
@@ -148,8 +154,9 @@ def test_a_result_write_reads_no_movement_row_or_node_again_for_its_events(make_
 
 # The claim of one action node (with the approvals re-check) and its run: the compare-and-set
 # to SUBMITTING, the submit and the result write with its callback event, on the portable
-# writer, the sandbox venue's own statements aside. main before issue 24's latency work: 26.
-DISPATCH_STATEMENTS_CEILING = 23
+# writer, the sandbox venue's own statements aside. main before issue 24's latency work: 26;
+# 23 before the result write took its audit head from its node locks.
+DISPATCH_STATEMENTS_CEILING = 22
 
 
 def test_one_action_node_dispatch_stays_under_its_statement_ceiling(make_movement):
@@ -162,3 +169,21 @@ def test_one_action_node_dispatch_stays_under_its_statement_ceiling(make_movemen
     sent = [sql for sql in statements(queries) if '"sandbox_' not in sql]
     assert claim.node.node_state == "COMPLETED"  # the sandbox exchange answers at once
     assert len(sent) <= DISPATCH_STATEMENTS_CEILING, "\n".join(sent)
+
+
+def test_a_result_write_links_its_events_after_the_head_its_locks_read(make_movement):
+    """The result transaction reads each movement's audit head with its node locks, after the
+    movement's lock: its events chain to it with no read of their own (the compare-and-set to
+    SUBMITTING, which takes no lock, reads it)."""
+    from movements.audit import movement_chain_breaks
+
+    request, claim, sent = run_claimed_action(make_movement)
+
+    head_reads = [
+        sql
+        for sql in sent
+        if sql.startswith('SELECT "request_id", "chain_hash" FROM "movements_movementevent"')
+    ]
+    assert len(head_reads) == 1, head_reads  # the compare-and-set's
+    assert claim.node.node_state == "COMPLETED"
+    assert movement_chain_breaks(request.pk) == []

@@ -22,10 +22,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
 from movements import ports
-from movements.models import AttentionReason, MovementRequest, MovementRequestNode
+from movements.models import AttentionReason, MovementEvent, MovementRequest, MovementRequestNode
 from movements.selectors import rows_held, with_rows_for_payload
 from movements.services.attention import attention_raise
 from movements.services.execution.claims import Claim, worker_actor
@@ -48,6 +49,7 @@ from movements.services.state import batch, record_event, save_fields, set_node_
 from movements.services.writers import RowWriter
 from movements.states import NodeState
 from qtg.core.actors import Actor
+from qtg.core.chain import GENESIS, heads_known
 from qtg.core.compiled import Compiled
 
 logger = logging.getLogger(__name__)
@@ -85,11 +87,23 @@ def _lock_requests(*, requests: list[Any]):
 
 
 def _lock_nodes(*, requests: list[Any]):
+    # Each node carries its movement's audit head (the link of its newest event), read after
+    # the movement's lock was taken: what the events written under that lock chain to
+    # (``heads_known``), without a query of their own.
+    newest = (
+        MovementEvent.objects.filter(request_id=OuterRef(OuterRef("request_id")))
+        .order_by()
+        .values("request_id")
+        .annotate(newest=Max("pk"))
+        .values("newest")
+    )
+    head = MovementEvent.objects.filter(pk=Subquery(newest)).values("chain_hash")
     return (
         MovementRequestNode.objects.current()
         .filter(request_id__in=requests)
         .select_related("plan_node")
         .select_for_update(of=("self",), no_key=True)
+        .annotate(audit_head=Subquery(head))
         .order_by("request_id", "plan_node__position", "pk")
     )
 
@@ -225,9 +239,10 @@ def apply_results(results: list[Result]) -> None:
         with transaction.atomic(), ports.callbacks().read_once():
             locked = _lock_claimed([result.claim for result in results])
             held = {entry.request.pk: entry.nodes for entry in locked.values()}
+            heads = {pk: nodes[0].audit_head or GENESIS for pk, nodes in held.items() if nodes}
             # The callback events these results cause show each movement from the rows held
             # here, as written (``selectors.rows_held``), instead of reading it again.
-            with rows_held(held), batch() as writes:
+            with heads_known({MovementEvent: heads}), rows_held(held), batch() as writes:
                 _apply_locked(results, locked, writes, late)
     except Exception:
         if len(results) == 1:
