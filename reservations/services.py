@@ -25,6 +25,7 @@ from django.utils import timezone
 from movements.public import MovementRequest
 from qtg.core.actors import Actor
 from qtg.core.chain import GENESIS, heads_known
+from qtg.core.compiled import Compiled
 from qtg.core.errors import InvalidInput, NotFound, ReservationRefused
 from qtg.core.money import format_amount
 from qtg.core.policies import enforce
@@ -337,12 +338,21 @@ def _apply(
     return reservation
 
 
+# Every movement that ends sends it, in the transaction of its last transition.
+_LOCK_RESERVATION = Compiled(
+    lambda *, request: (
+        Reservation.objects.select_for_update().filter(request_id=request).order_by("pk")[:1]
+    ),
+    request=MovementRequest._meta.pk,
+)
+
+
 def _settle(
     *, request: MovementRequest, outcome: str, actor: Actor, reason: str
 ) -> Reservation | None:
     # Called from the post-transition table inside the request's transaction, without a
     # savepoint: if settling fails, the state change that asked for it fails with it.
-    reservation = Reservation.objects.select_for_update().filter(request=request).first()
+    reservation = next(iter(_LOCK_RESERVATION(request=request.pk)), None)
     if reservation is None or reservation.state != ReservationState.HELD:
         return reservation  # nothing held (refused, or already settled): idempotent no-op
     return _apply(

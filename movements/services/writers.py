@@ -39,6 +39,7 @@ from django.db.models import Exists
 
 from movements.audit import chain_events
 from movements.models import MovementEvent
+from qtg.core.compiled import Bound
 from qtg.core.errors import StaleState
 
 _AFTER_WRITES: ContextVar[list[Callable[[], Any]] | None] = ContextVar(
@@ -104,7 +105,8 @@ def collecting_after_writes() -> Iterator[Callable[[], None]]:
 class RowChange:
     """Save ``fields`` of ``instance`` if its row is still in ``read_state`` (its
     ``state_field`` as read from the database), has the values of ``only_if`` and, for a
-    compare-and-set, ``unless_exists`` (a queryset) finds no row, in the same statement."""
+    compare-and-set, ``unless_exists`` finds no row, in the same statement: a queryset, or
+    a ``qtg.core.compiled.Bound`` one (PostgreSQL's writer then sends its compiled SQL)."""
 
     instance: Any
     state_field: str
@@ -188,8 +190,8 @@ class OrmRowWriter(RowWriter):
             **(change.only_if or {}),
         }
         rows = type(instance)._base_manager.filter(**guard)
-        if change.unless_exists is not None:
-            rows = rows.filter(~Exists(change.unless_exists))
+        if (unless := change.unless_exists) is not None:
+            rows = rows.filter(~Exists(unless.queryset() if isinstance(unless, Bound) else unless))
         if rows.update(**values) != 1:
             raise _stale(instance)
 
@@ -265,7 +267,9 @@ class PostgresRowWriter(RowWriter):
             guard_columns.append(field.column)
             guard.append(field.get_db_prep_value(value, connection))
         unless_sql, unless_params = "", ()
-        if change.unless_exists is not None:
+        if isinstance(change.unless_exists, Bound):
+            unless_sql, unless_params = change.unless_exists.sql()
+        elif change.unless_exists is not None:
             query = change.unless_exists.values("pk").query
             unless_sql, unless_params = query.get_compiler(connection=connection).as_sql()
         key = (type(instance), tuple(columns), tuple(guard_columns), unless_sql)

@@ -70,6 +70,15 @@ class _Statement:
     def _prepare(self, name: str, value: Any) -> Any:
         return self.fields[name].get_db_prep_value(value, self.compiler.connection)
 
+    def params_for(self, values: dict[str, Any]) -> list:
+        """The statement's parameters with each marker's value of this call in its places."""
+        params = list(self.params)
+        for slot, value in _slots(values):
+            prepared = self._prepare(slot[0], value)
+            for i in self.positions[slot]:
+                params[i] = prepared
+        return params
+
     def run(self, values: dict[str, Any]) -> list:
         connection = self.compiler.connection
         features = connection.features
@@ -83,11 +92,7 @@ class _Statement:
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
-        params = list(self.params)
-        for slot, value in _slots(values):
-            prepared = self._prepare(slot[0], value)
-            for i in self.positions[slot]:
-                params[i] = prepared
+        params = self.params_for(values)
         compiler = copy.copy(self.compiler)
         compiler.as_sql = lambda *args, **kwargs: (self.sql, tuple(params))
         queryset = self.queryset._chain()
@@ -145,12 +150,26 @@ class Compiled:
         return self._resolved
 
     def __call__(self, *variant: Hashable, **values: Any) -> list:
-        if set(values) != set(self._markers):
-            raise TypeError(f"Compiled: give exactly {sorted(self._markers)}, not {sorted(values)}")
-        values = {name: list(v) if _many(v) else v for name, v in values.items()}
+        values = self._checked(values)
         if any(_many(v) and not v for v in values.values()):
             # An empty IN list: the ORM knows what it means (often no statement at all).
             return list(self._build(*variant, **values).using(self._using))
+        return self._statement(variant, values).run(values)
+
+    def bound(self, *variant: Hashable, **values: Any) -> "Bound":
+        """This call's queryset, not run: for a statement that embeds it (a compare-and-set's
+        ``NOT EXISTS``), as compiled SQL with its parameters, or as the queryset itself."""
+        values = self._checked(values)
+        if any(_many(v) and not v for v in values.values()):
+            raise ValueError("Compiled.bound: an empty list marker has no compiled statement")
+        return Bound(self, variant, values)
+
+    def _checked(self, values: dict[str, Any]) -> dict[str, Any]:
+        if set(values) != set(self._markers):
+            raise TypeError(f"Compiled: give exactly {sorted(self._markers)}, not {sorted(values)}")
+        return {name: list(v) if _many(v) else v for name, v in values.items()}
+
+    def _statement(self, variant: tuple, values: dict[str, Any]) -> _Statement:
         connection = connections[self._using]
         statements = self._statements.setdefault(connection, {})
         key = (variant, _shape(values))
@@ -164,4 +183,20 @@ class Compiled:
             }
             queryset = self._build(*variant, **samples).using(self._using)
             statement = statements[key] = _Statement(queryset, samples, self._fields)
-        return statement.run(values)
+        return statement
+
+
+class Bound:
+    """A ``Compiled`` queryset with one call's values (``Compiled.bound``)."""
+
+    def __init__(self, compiled: Compiled, variant: tuple, values: dict[str, Any]) -> None:
+        self._compiled, self._variant, self._values = compiled, variant, values
+
+    def sql(self) -> tuple[str, list]:
+        """The compiled SQL and this call's parameters (compiled once per connection)."""
+        statement = self._compiled._statement(self._variant, self._values)
+        return statement.sql, statement.params_for(self._values)
+
+    def queryset(self) -> models.QuerySet:
+        """The queryset itself, built by the ORM with this call's values."""
+        return self._compiled._build(*self._variant, **self._values).using(self._compiled._using)

@@ -117,3 +117,33 @@ def test_the_claim_read_takes_the_time_of_each_call(two):
     with transaction.atomic():
         due = claims._CLAIMABLE((claims.NS.READY,), claims.DISPATCH_REQUEST_STATES, 10, now=later)
         assert {node.request_id for node in due} == {first.pk}
+
+
+def test_a_bound_read_is_the_orms_statement_with_the_calls_values_compiled_once(two):
+    """A compare-and-set embeds a compiled read (``Compiled.bound``): the same SQL and
+    parameters as the ORM's compile of the same queryset, each call its own values, and the
+    same rows where a writer runs it as a queryset."""
+    build = Compiled(
+        lambda *, request: (
+            MovementRequestNode.objects.current()
+            .filter(request_id=request, node_state="READY")
+            .values("pk")
+        ),
+        request=MovementRequestNode._meta.get_field("request"),
+    )
+    for movement in two:
+        orm = (
+            MovementRequestNode.objects.current()
+            .filter(request_id=movement.pk, node_state="READY")
+            .values("pk")
+        )
+        bound = build.bound(request=movement.pk)
+        sql, params = orm.query.get_compiler(connection=connection).as_sql()
+        assert bound.sql() == (sql, list(params))
+        assert list(bound.queryset()) == list(orm)
+    with mock.patch.object(SQLCompiler, "as_sql", side_effect=AssertionError("compiled again")):
+        assert build.bound(request=two[1].pk).sql()[1] != build.bound(request=two[0].pk).sql()[1]
+    with pytest.raises(ValueError):
+        Compiled(
+            lambda *, ids: MovementRequest.objects.filter(pk__in=ids), ids=MovementRequest._meta.pk
+        ).bound(ids=[])

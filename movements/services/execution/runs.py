@@ -42,6 +42,7 @@ from movements.services.progress import apply_request_state_from_nodes
 from movements.services.state import set_node_state
 from movements.states import NodeState
 from qtg.core.actors import acting_for
+from qtg.core.compiled import Compiled
 from qtg.core.errors import StaleState
 
 NS = NodeState
@@ -108,7 +109,9 @@ def _submit_now(
                 "fenced_until",
             ],
             only_if={"lease_owner": claim.owner, "lease_epoch": claim.epoch},
-            unless_exists=_failed_siblings(claim) if node.has_side_effect else None,
+            unless_exists=(
+                _FAILED_SIBLINGS.bound(request=claim.request_id) if node.has_side_effect else None
+            ),
         )
     except StaleState:
         if node.has_side_effect and _held_back(claim, expected):
@@ -121,10 +124,19 @@ def _submit_now(
     return True
 
 
+def _failed_nodes(*, request: Any) -> Any:
+    return MovementRequestNode.objects.current().filter(request_id=request, node_state=NS.FAILED)
+
+
 def _failed_siblings(claim: Claim) -> Any:
-    return MovementRequestNode.objects.current().filter(
-        request_id=claim.request_id, node_state=NS.FAILED
-    )
+    return _failed_nodes(request=claim.request_id)
+
+
+# Every side-effect node's compare-and-set to SUBMITTING embeds it (``qtg.core.compiled``).
+_FAILED_SIBLINGS = Compiled(
+    lambda *, request: _failed_nodes(request=request).values("pk"),
+    request=MovementRequestNode._meta.get_field("request"),
+)
 
 
 def _held_back(claim: Claim, expected: tuple) -> bool:
