@@ -10,6 +10,8 @@ class CallbacksConfig(AppConfig):
         from callbacks.services import (
             callback_enqueue,
             events_recorded_together,
+            last_sequence,
+            sequences_known,
             subscriptions_read_once,
         )
         from movements.ports import CallbackOutbox, provide_callbacks
@@ -19,5 +21,7 @@ class CallbacksConfig(AppConfig):
                 enqueue=callback_enqueue,
                 read_once=subscriptions_read_once,
                 together=events_recorded_together,
+                last_sequence=last_sequence,
+                sequences_known=sequences_known,
             )
         )

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
+from django.db.models import Max, Subquery
 from django.utils import timezone
 
 from callbacks import instruments, signing
@@ -132,7 +133,8 @@ _READ_ONCE: ContextVar[dict[str, list[Subscription]] | None] = ContextVar(
 def subscriptions_read_once() -> Iterator[None]:
     """Within the block, ``callback_enqueue`` reads the active subscriptions once and reuses
     them: for a worker writing many state changes in one transaction, which then all see the
-    subscriptions as they were when it began."""
+    subscriptions as they were when it began. The last event numbers the caller read with
+    its locks (``sequences_known``) are used in it too."""
     token = _READ_ONCE.set({})
     try:
         yield
@@ -162,6 +164,39 @@ def _receives(subscription: Subscription, request: MovementRequest, event_type: 
     if not subscription.wants(event_type):
         return False
     return subscription.owner_id is None or movement_visible_to(subscription.owner, request)
+
+
+def last_sequence(request: Any) -> Subquery:
+    """The number of the newest event of the movement ``request`` names (an ``OuterRef``), or
+    NULL: for a read that runs once the movement's row lock is held, and tells the numbers to
+    ``sequences_known``."""
+    return Subquery(
+        Event.objects.filter(request_id=request)
+        .order_by()
+        .values("request_id")
+        .annotate(last=Max("sequence"))
+        .values("last")
+    )
+
+
+def sequences_known(last: Mapping[Any, int | None]) -> None:
+    """Within ``subscriptions_read_once``: the number of each movement's newest event
+    (``{movement id: number or None}``), read under the movement's row lock (``last_sequence``).
+    The next events of those movements are numbered after it without reading it again; each
+    number is used once, by the first events recorded (a later write reads it). Outside the
+    block this does nothing."""
+    cache = _READ_ONCE.get()
+    if cache is not None:
+        cache.setdefault("sequences", {}).update({pk: n or 0 for pk, n in last.items()})
+
+
+def _known_sequences(request_ids: set[Any]) -> dict[Any, int]:
+    """The numbers ``sequences_known`` was told for ``request_ids``, each taken once."""
+    cache = _READ_ONCE.get()
+    known = cache.get("sequences") if cache is not None else None
+    if not known:
+        return {}
+    return {pk: known.pop(pk) for pk in request_ids if pk in known}
 
 
 def _last_sequences(request_ids: set[Any]) -> dict[Any, int]:
@@ -250,7 +285,9 @@ def _insert_events(enqueued: list[_Enqueued]) -> None:
     # A movement's first event (the catalogue's ``request_created``) has no event before it.
     new = {item.request.pk for item in enqueued if item.event_type == FIRST_EVENT_TYPE}
     unread = {item.request.pk for item in enqueued} - new
-    sequences = _last_sequences(unread) if unread else {}
+    sequences = _known_sequences(unread)
+    if unread := unread - set(sequences):
+        sequences.update(_last_sequences(unread))
     events = []
     for item in enqueued:
         sequence = sequences.get(item.request.pk, 0) + 1

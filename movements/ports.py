@@ -14,7 +14,7 @@ This module imports nothing of movements: the services call out through it, and 
 movements offers the other apps is ``movements.public``.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -40,11 +40,17 @@ class CallbackOutbox:
     change does: the outbox numbers a movement's events under it); ``read_once()`` is a
     context in which the subscriptions are read once (a worker writing many transitions in
     one transaction); ``together()`` a context whose events, each showing the movement as it
-    was when enqueued, are written together when it ends (an approval's two events)."""
+    was when enqueued, are written together when it ends (an approval's two events).
+    ``last_sequence(ref)`` is an expression for the number of the newest event of the movement
+    ``ref`` (an ``OuterRef``) names, for a read made under the movement's lock, which tells
+    them to ``sequences_known({movement id: number})`` inside ``read_once()``: its next events
+    are numbered without reading it again."""
 
     enqueue: Callable[..., Any]
     read_once: Callable[[], AbstractContextManager[Any]]
     together: Callable[[], AbstractContextManager[Any]]
+    last_sequence: Callable[[Any], Any]
+    sequences_known: Callable[[Mapping[Any, int | None]], None]
 
 
 @dataclass(frozen=True)

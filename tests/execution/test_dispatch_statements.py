@@ -187,3 +187,22 @@ def test_a_result_write_links_its_events_after_the_head_its_locks_read(make_move
     assert len(head_reads) == 1, head_reads  # the compare-and-set's
     assert claim.node.node_state == "COMPLETED"
     assert movement_chain_breaks(request.pk) == []
+
+
+def test_a_result_write_numbers_its_callback_events_after_the_number_its_locks_read(
+    make_movement,
+):
+    """The result transaction's node locks also read the number of each movement's newest
+    callback event: its events are numbered after it, with no read of their own, and the
+    movement's numbers stay 1, 2, 3, ... with no gap or repeat."""
+    request, _, sent = run_claimed_action(make_movement)
+
+    numbering_reads = [sql for sql in sent if 'MAX("sequence")' in sql]
+    assert numbering_reads == []
+    sequences = list(
+        Event.objects.filter(request=request)
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+    )
+    assert sequences == list(range(1, len(sequences) + 1))
+    assert len(sequences) >= 4  # created, approved, executing, frontier advanced

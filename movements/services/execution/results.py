@@ -87,9 +87,10 @@ def _lock_requests(*, requests: list[Any]):
 
 
 def _lock_nodes(*, requests: list[Any]):
-    # Each node carries its movement's audit head (the link of its newest event), read after
-    # the movement's lock was taken: what the events written under that lock chain to
-    # (``heads_known``), without a query of their own.
+    # Each node carries its movement's audit head (the link of its newest event) and the
+    # number of its newest callback event, read after the movement's lock was taken: what the
+    # events written under that lock chain to (``heads_known``) and are numbered after
+    # (``sequences_known``), without queries of their own.
     newest = (
         MovementEvent.objects.filter(request_id=OuterRef(OuterRef("request_id")))
         .order_by()
@@ -103,7 +104,10 @@ def _lock_nodes(*, requests: list[Any]):
         .filter(request_id__in=requests)
         .select_related("plan_node")
         .select_for_update(of=("self",), no_key=True)
-        .annotate(audit_head=Subquery(head))
+        .annotate(
+            audit_head=Subquery(head),
+            last_event_sequence=ports.callbacks().last_sequence(OuterRef("request_id")),
+        )
         .order_by("request_id", "plan_node__position", "pk")
     )
 
@@ -240,6 +244,9 @@ def apply_results(results: list[Result]) -> None:
             locked = _lock_claimed([result.claim for result in results])
             held = {entry.request.pk: entry.nodes for entry in locked.values()}
             heads = {pk: nodes[0].audit_head or GENESIS for pk, nodes in held.items() if nodes}
+            ports.callbacks().sequences_known(
+                {pk: nodes[0].last_event_sequence for pk, nodes in held.items() if nodes}
+            )
             # The callback events these results cause show each movement from the rows held
             # here, as written (``selectors.rows_held``), instead of reading it again.
             with heads_known({MovementEvent: heads}), rows_held(held), batch() as writes:
