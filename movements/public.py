@@ -77,11 +77,13 @@ def movement_payloads(movements: list[MovementRequest]) -> dict[Any, dict[str, A
     return payloads
 
 
-def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
+def after_writes_together(
+    fn: Callable[[list[Any]], Any], item: Any, *, first: bool = False
+) -> None:
     """``after_writes`` for hooks that do better together (see the writers' docstring)."""
     from movements.services.writers import after_writes_together as run_together
 
-    run_together(fn, item)
+    run_together(fn, item, first=first)
 
 
 def after_writes(hook: Callable[[], Any]) -> None:

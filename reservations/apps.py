@@ -7,14 +7,8 @@ class ReservationsConfig(AppConfig):
 
     def ready(self) -> None:
         from movements.ports import ReservationLedger, provide_reservations
-        from reservations.services import (
-            reservation_consume,
-            reservation_hold,
-            reservation_release,
-        )
+        from reservations.services import ledger_consume, ledger_release, reservation_hold
 
         provide_reservations(
-            ReservationLedger(
-                hold=reservation_hold, consume=reservation_consume, release=reservation_release
-            )
+            ReservationLedger(hold=reservation_hold, consume=ledger_consume, release=ledger_release)
         )

@@ -1,8 +1,10 @@
 """Reservations of hardcap headroom, one per movement request.
 
 The movement lifecycle calls ``reservation_hold`` when it validates a request and the
-post-transition table (movements/services/effects.py) calls ``reservation_consume`` /
-``reservation_release``; operators settle what the table leaves HELD with
+post-transition table (movements/services/effects.py) consumes or releases it through the
+ledger (``ledger_consume`` / ``ledger_release``: in a worker's write batch, every movement the
+batch ends is settled together, as ``reservation_consume`` / ``reservation_release`` settle
+one); operators settle what the table leaves HELD with
 ``reservation_settle``. Locks: the hardcap rows of a scope are locked (in primary-key order)
 before the in-flight sum is read, so concurrent holds against one cap queue instead of both
 seeing the same headroom. A client's own holds awaiting approval are limited too (count, and a
@@ -22,7 +24,7 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from movements.public import MovementRequest
+from movements.public import MovementRequest, after_writes_together
 from qtg.core.actors import Actor
 from qtg.core.chain import GENESIS, heads_known
 from qtg.core.compiled import Compiled
@@ -155,7 +157,13 @@ def _check(cap: Hardcap, amount: Decimal, in_flight: Decimal, used: Decimal) -> 
         )
 
 
-def _record(
+def _record(reservation: Reservation, **fields: Any) -> ReservationEvent:
+    event = _event(reservation, **fields)
+    event.save(force_insert=True)
+    return event
+
+
+def _event(
     reservation: Reservation,
     *,
     old_state: str,
@@ -164,7 +172,7 @@ def _record(
     request_state: str,
     detail: dict[str, Any] | None = None,
 ) -> ReservationEvent:
-    return ReservationEvent.objects.create(
+    return ReservationEvent(
         reservation=reservation,
         old_state=old_state,
         new_state=reservation.state,
@@ -338,13 +346,23 @@ def _apply(
     return reservation
 
 
-# Every movement that ends sends it, in the transaction of its last transition.
-_LOCK_RESERVATION = Compiled(
-    lambda *, request: (
-        Reservation.objects.select_for_update().filter(request_id=request).order_by("pk")[:1]
+# Every movement that ends sends it, in the transaction of its last transition (a worker's
+# write batch: once for all the movements it ends).
+_LOCK_RESERVATIONS = Compiled(
+    lambda *, requests: (
+        Reservation.objects.select_for_update().filter(request_id__in=requests).order_by("pk")
     ),
-    request=MovementRequest._meta.pk,
+    requests=MovementRequest._meta.pk,
 )
+
+
+@dataclass(frozen=True)
+class _Settlement:
+    request_id: Any
+    request_state: str
+    outcome: str
+    actor: Actor
+    reason: str
 
 
 def _settle(
@@ -352,15 +370,68 @@ def _settle(
 ) -> Reservation | None:
     # Called from the post-transition table inside the request's transaction, without a
     # savepoint: if settling fails, the state change that asked for it fails with it.
-    reservation = next(iter(_LOCK_RESERVATION(request=request.pk)), None)
-    if reservation is None or reservation.state != ReservationState.HELD:
-        return reservation  # nothing held (refused, or already settled): idempotent no-op
-    return _apply(
-        reservation,
-        outcome=outcome,
-        actor=actor,
-        reason=reason,
-        request_state=request.request_state,
+    settlement = _Settlement(request.pk, request.request_state, outcome, actor, reason)
+    return _settle_all([settlement]).get(request.pk)
+
+
+def _settle_all(settlements: list[_Settlement]) -> dict[Any, Reservation]:
+    """Settle the held reservations of ``settlements``' movements (a movement's first
+    settlement decides; one already settled, or none held, is left as it is: idempotent),
+    with one lock, one update and one insert of their events for all of them. Returns each
+    movement's reservation as it is now."""
+    by_request: dict[Any, _Settlement] = {}
+    for settlement in settlements:
+        by_request.setdefault(settlement.request_id, settlement)
+    reservations = _LOCK_RESERVATIONS(requests=sorted(by_request, key=str))
+    now = timezone.now()
+    settled, events = [], []
+    for reservation in reservations:
+        settlement = by_request[reservation.request_id]
+        if reservation.state != ReservationState.HELD:
+            continue  # nothing held (refused, or already settled): idempotent no-op
+        old_state = reservation.state
+        if settlement.outcome == ReservationState.CONSUMED:
+            reservation.consume()
+        else:
+            reservation.release()
+        reservation.settled_at = reservation.updated_at = now
+        settled.append(reservation)
+        events.append(
+            _event(
+                reservation,
+                old_state=old_state,
+                actor=settlement.actor,
+                reason=settlement.reason,
+                request_state=settlement.request_state,
+            )
+        )
+    if settled:
+        Reservation.objects.bulk_update(settled, ["state", "settled_at", "updated_at"])
+        ReservationEvent.objects.bulk_create(events)
+    return {reservation.request_id: reservation for reservation in reservations}
+
+
+def _settle_after_writes(
+    *, request: MovementRequest, outcome: str, actor: Actor, reason: str
+) -> None:
+    """The ledger's settle for the movements' post-transition table: in a worker's write
+    batch, with the batch's other settlements once it has written its rows, before the hooks
+    that read them (a callback payload shows the reservation settled); elsewhere at once."""
+    settlement = _Settlement(request.pk, request.request_state, outcome, actor, reason)
+    after_writes_together(_settle_all, settlement, first=True)
+
+
+def ledger_consume(*, request: MovementRequest, actor: Actor, reason: str = "") -> None:
+    """``reservation_consume`` for the movements' port (see ``_settle_after_writes``)."""
+    _settle_after_writes(
+        request=request, outcome=ReservationState.CONSUMED, actor=actor, reason=reason
+    )
+
+
+def ledger_release(*, request: MovementRequest, actor: Actor, reason: str = "") -> None:
+    """``reservation_release`` for the movements' port (see ``_settle_after_writes``)."""
+    _settle_after_writes(
+        request=request, outcome=ReservationState.RELEASED, actor=actor, reason=reason
     )
 
 

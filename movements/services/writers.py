@@ -69,10 +69,14 @@ class _HookGroup:
         self.fn(self.items)
 
 
-def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
+def after_writes_together(
+    fn: Callable[[list[Any]], Any], item: Any, *, first: bool = False
+) -> None:
     """``after_writes`` for hooks that do better together (one read for many movements):
     every ``item`` given with the same ``fn`` before the hooks run reaches ``fn`` in one
-    list, in order, where the first one would have run. Outside a batch: now, alone."""
+    list, in order, where the first one would have run, or before every other hook when
+    ``first`` (what the others read, e.g. a settled reservation a callback payload shows).
+    Outside a batch: now, alone."""
     pending = _AFTER_WRITES.get()
     if pending is None:
         fn([item])
@@ -80,7 +84,7 @@ def after_writes_together(fn: Callable[[list[Any]], Any], item: Any) -> None:
     group = next((h for h in pending if isinstance(h, _HookGroup) and h.fn is fn), None)
     if group is None:
         group = _HookGroup(fn)
-        pending.append(group)
+        pending.insert(0, group) if first else pending.append(group)
     group.items.append(item)
 
 
