@@ -374,6 +374,7 @@ def _settle(
     return _settle_all([settlement]).get(request.pk)
 
 
+@transaction.atomic(savepoint=False)
 def _settle_all(settlements: list[_Settlement]) -> dict[Any, Reservation]:
     """Settle the held reservations of ``settlements``' movements (a movement's first
     settlement decides; one already settled, or none held, is left as it is: idempotent),

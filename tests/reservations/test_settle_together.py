@@ -74,3 +74,12 @@ def test_a_movement_settled_twice_in_a_batch_is_settled_once_by_the_first(make_m
         .exclude(old_state="")
         .values_list("reason", flat=True)
     ) == ["first"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_ledger_settles_at_once_outside_a_batch_and_outside_a_transaction(make_movement):
+    movement = make_movement(approve=True)
+
+    ports.reservations().consume(request=movement, actor=ACTOR, reason="done")
+
+    assert Reservation.objects.get(request=movement).state == "CONSUMED"
