@@ -50,11 +50,17 @@ def _client_for(url: str, timeout: float) -> Web3:
         client = _clients.get(key)
         if client is None:
             # No retries inside web3: a timeout is reported at once and the worker decides
-            # (a read is asked again later, a send is looked up by hash).
+            # (a read is asked again later, a send is looked up by hash). The chain id an
+            # endpoint serves is read once per process (web3 asks it before every gas
+            # estimate and call, we before every new nonce): a successful answer is kept,
+            # an error is not. Nothing else is cached by web3.
             provider = Web3.HTTPProvider(
                 key[0],
                 request_kwargs={"timeout": timeout},
                 exception_retry_configuration=None,
+                cache_allowed_requests=True,
+                cacheable_requests={"eth_chainId"},
+                request_cache_validation_threshold=None,
             )
             client = Web3(provider)
             _clients[key] = client

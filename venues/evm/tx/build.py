@@ -19,6 +19,7 @@ from movements.executors.base import (
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
 from venues.evm.tx.common import ACTOR, S, chain_of, rpc_read, stored_fields
+from venues.evm.tx.heads import Head, latest, sender_counts
 from venues.models import ChainTransaction
 from venues.nonces import InFlightFull, nonce_allocate
 from venues.signing import Signer, signer_for
@@ -133,11 +134,14 @@ def check_chain_id(w3: Any, chain: EvmChain) -> None:
         )
 
 
-def fees(w3: Any, chain: EvmChain) -> tuple[int, int, int]:
+def fees(w3: Any, chain: EvmChain, *, head: Head | None = None) -> tuple[int, int, int]:
     """(base fee, max fee, priority fee) for a new transaction: twice the base fee plus the
     tip, capped at the chain's ``max_fee_gwei``. A base fee at or above the cap is transient
-    (and an operator is told): nothing is sent that could not be mined."""
-    base = int(rpc_read("latest block", w3.eth.get_block, "latest")["baseFeePerGas"])
+    (and an operator is told): nothing is sent that could not be mined. ``head``: the head
+    block already read (else it is read now)."""
+    if head is None or head.base_fee is None:
+        head = latest(w3)
+    base = int(head.base_fee)  # type: ignore[arg-type]  (a chain without EIP-1559: refused)
     tip = chain.priority_fee_wei
     max_fee = min(2 * base + tip, chain.max_fee_wei)
     if max_fee < base + tip:
@@ -219,10 +223,9 @@ def create_with_new_nonce(
     ``QTG_EVM_MAX_IN_FLIGHT`` of its nonces are allocated and not mined at once (counted
     from the chain's mined count under the nonce cursor's lock); past it nothing is taken and
     the node waits for a block (``VenueWait``: not counted as a venue error)."""
-    _, max_fee, tip = fees(w3, chain)
-    chain_next = rpc_read("nonce", w3.eth.get_transaction_count, sender, "pending")
-    chain_mined = rpc_read("nonce", w3.eth.get_transaction_count, sender, "latest")
-    head = rpc_read("block number", lambda: w3.eth.block_number)
+    chain_next, chain_mined, head_block = sender_counts(w3, sender)
+    _, max_fee, tip = fees(w3, chain, head=head_block)
+    head = head_block.number
     with transaction.atomic():
         try:
             nonce = nonce_allocate(

@@ -18,6 +18,7 @@ from venues.evm.tx import policy
 from venues.evm.tx.broadcast import send_stored
 from venues.evm.tx.build import node_transactions, signer_of_tx
 from venues.evm.tx.common import ACTOR, S, chain_of, log, move_tx, rpc_read
+from venues.evm.tx.heads import Head, latest
 from venues.evm.tx.reads import finalized_block, nonce_spender, revert_reason
 from venues.evm.tx.sign import sign_stored
 from venues.models import LIVE_TX_STATES, ChainTransaction
@@ -71,7 +72,8 @@ def track(node_id: int, *, now=None) -> Track:
     chain = chain_of(original)
     w3 = client.web3_for(chain)
     result = Track("waiting", original=original)
-    head = rpc_read("block number", lambda: w3.eth.block_number)
+    tip = latest(w3)
+    head = tip.number
     result.detail |= _fill_gaps(w3, chain, original.sender, head=head, now=now)
     by_id = {tx.pk: tx for tx in txs}
     looks: dict[int, Any] = {}
@@ -98,7 +100,7 @@ def track(node_id: int, *, now=None) -> Track:
         }
     if plan.winner is not None:
         winner = by_id[plan.winner]
-        confirm(winner, looks[winner.pk], head, chain)
+        confirm(winner, looks[winner.pk], head, chain, tip=tip)
         for pk in plan.replaced:
             move_tx(by_id[pk], S.REPLACED, {"replaced_by": winner.tx_hash, "nonce": winner.nonce})
         result.winner, result.receipt = winner, looks[winner.pk]
@@ -166,7 +168,12 @@ def walk_back(tx: ChainTransaction, receipt: Any, head: int) -> dict[str, Any]:
     return evidence
 
 
-def confirm(tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain) -> None:
+def confirm(
+    tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain, *, tip: Head | None = None
+) -> None:
+    """A mined transaction CONFIRMED (its block, fee, confirmations) and, at the chain's
+    finality, FINALIZED (FAILED if it reverted). ``tip``: the head block ``head`` was read
+    from, whose finalized checkpoint is read once (else the checkpoint is read now)."""
     block_number = int(receipt["blockNumber"])
     block_hash = receipt["blockHash"].to_0x_hex()
     if tx.state != S.CONFIRMED:
@@ -202,7 +209,7 @@ def confirm(tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain) -> N
     tx.confirmations = confirmations
     if not policy.needs_checkpoint(chain.finality, head=head, block=block_number):
         return
-    checkpoint = finalized_block(client.web3_for(chain), chain)
+    checkpoint = finalized_block(client.web3_for(chain), chain, head=tip)
     if policy.final(
         chain.finality,
         head=head,
