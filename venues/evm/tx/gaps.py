@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
@@ -124,6 +124,8 @@ def fill_nonce_gaps(
     now = now or timezone.now()
     w3 = w3 or client.web3_for(chain)
     report = GapReport()
+    if not _anything_to_do(chain, sender, now=now):
+        return report
     candidates = list(orphans(chain.name, sender).values_list("pk", flat=True))
     candidates += [pk for pk in held_unsigned(chain, sender, now=now) if pk not in candidates]
     if candidates or fillers(chain.name, sender).exclude(state__in=_DONE).exists():
@@ -142,6 +144,29 @@ def fill_nonce_gaps(
 
 
 _DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
+
+
+def _anything_to_do(chain: EvmChain, sender: str, *, now) -> bool:
+    """Whether the sender has an orphan, a held unsigned nonce or a filler not done: one
+    query (every look at a node of the sender asks it; the answer is nearly always no)."""
+    cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
+    later = ChainTransaction.objects.filter(
+        chain=chain.name, sender=sender, nonce__gt=OuterRef("nonce")
+    ).exclude(state=S.CREATED)
+    held = Q(
+        purpose=TxPurpose.NODE,
+        node__isnull=False,
+        nonce__isnull=False,
+        state=S.CREATED,
+        created_at__lt=cutoff,
+    ) & Q(Exists(later))
+    orphan = Q(pk__in=orphans(chain.name, sender).values("pk"))
+    filling = Q(purpose=TxPurpose.NONCE_FILL) & ~Q(state__in=_DONE)
+    return (
+        ChainTransaction.objects.filter(chain=chain.name, sender=sender)
+        .filter(orphan | held | filling)
+        .exists()
+    )
 
 
 def _close_orphan(

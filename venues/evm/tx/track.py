@@ -8,6 +8,7 @@ conclude DROPPED, and fill the sender's nonce gaps (``venues.evm.tx.gaps``)."""
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from movements.executors.base import TransientError
@@ -173,53 +174,33 @@ def confirm(
 ) -> None:
     """A mined transaction CONFIRMED (its block, fee, confirmations) and, at the chain's
     finality, FINALIZED (FAILED if it reverted). ``tip``: the head block ``head`` was read
-    from, whose finalized checkpoint is read once (else the checkpoint is read now)."""
+    from, whose finalized checkpoint is read once (else the checkpoint is read now). The
+    checkpoint is read first and what the look concludes is written in one database
+    transaction (one commit, not one per step; no lock held across a call to the node)."""
     block_number = int(receipt["blockNumber"])
     block_hash = receipt["blockHash"].to_0x_hex()
-    if tx.state != S.CONFIRMED:
-        if tx.state == S.SIGNED:
-            move_tx(tx, S.BROADCAST, {"found_by_hash": True})
-        fee = int(receipt["gasUsed"]) * int(receipt.get("effectiveGasPrice") or 0)
-        back = (
-            {"walked_back": "mined after all", "was": tx.state}
-            if tx.state
-            in (
-                S.REPLACED,
-                S.DROPPED,
-            )
-            else {}
-        )
-        move_tx(
-            tx,
-            S.CONFIRMED,
-            {
-                "block_number": block_number,
-                "block_hash": block_hash,
-                "head": head,
-                "status": int(receipt["status"]),
-                "gas_used": int(receipt["gasUsed"]),
-                **back,
-            },
-            block_number=block_number,
-            block_hash=block_hash,
-            fee_paid=fee,
-        )
     confirmations = policy.confirmations(head=head, block=block_number)
-    chain_transaction_count_confirmations(chain_transaction_id=tx.pk, confirmations=confirmations)
-    tx.confirmations = confirmations
-    if not policy.needs_checkpoint(chain.finality, head=head, block=block_number):
-        return
-    checkpoint = finalized_block(client.web3_for(chain), chain, head=tip)
-    if policy.final(
-        chain.finality,
-        head=head,
-        block=block_number,
-        checkpoint=checkpoint["number"] if checkpoint else None,
-    ):
-        final = S.FINALIZED if int(receipt["status"]) == 1 else S.FAILED
+    checkpoint, final = None, False
+    if policy.needs_checkpoint(chain.finality, head=head, block=block_number):
+        checkpoint = finalized_block(client.web3_for(chain), chain, head=tip)
+        final = policy.final(
+            chain.finality,
+            head=head,
+            block=block_number,
+            checkpoint=checkpoint["number"] if checkpoint else None,
+        )
+    with transaction.atomic():
+        if tx.state != S.CONFIRMED:
+            _confirmed(tx, receipt, head, block_number, block_hash)
+        chain_transaction_count_confirmations(
+            chain_transaction_id=tx.pk, confirmations=confirmations
+        )
+        tx.confirmations = confirmations
+        if not final:
+            return
         move_tx(
             tx,
-            final,
+            S.FINALIZED if int(receipt["status"]) == 1 else S.FAILED,
             {
                 "confirmations": confirmations,
                 "required": chain.finality.describe(),
@@ -230,6 +211,34 @@ def confirm(
                 "status": int(receipt["status"]),
             },
         )
+
+
+def _confirmed(
+    tx: ChainTransaction, receipt: Any, head: int, block_number: int, block_hash: str
+) -> None:
+    if tx.state == S.SIGNED:
+        move_tx(tx, S.BROADCAST, {"found_by_hash": True})
+    fee = int(receipt["gasUsed"]) * int(receipt.get("effectiveGasPrice") or 0)
+    back = (
+        {"walked_back": "mined after all", "was": tx.state}
+        if tx.state in (S.REPLACED, S.DROPPED)
+        else {}
+    )
+    move_tx(
+        tx,
+        S.CONFIRMED,
+        {
+            "block_number": block_number,
+            "block_hash": block_hash,
+            "head": head,
+            "status": int(receipt["status"]),
+            "gas_used": int(receipt["gasUsed"]),
+            **back,
+        },
+        block_number=block_number,
+        block_hash=block_hash,
+        fee_paid=fee,
+    )
 
 
 def keep_in_mempool(
