@@ -161,11 +161,17 @@ def fees(w3: Any, chain: EvmChain, *, head: Head | None = None) -> tuple[int, in
     return base, max_fee, tip
 
 
-def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTransaction, bool]:
+def prepare_transfer(
+    ctx: ExecutionContext,
+    transfer: Transfer,
+    *,
+    existing: list[ChainTransaction] | None = None,
+) -> tuple[ChainTransaction, bool]:
     """The node's CREATED (or later) transaction: found if an earlier try of this attempt
     made it (its nonce re-used), else built now with a freshly allocated nonce. Returns it
-    and whether it was re-used."""
-    existing = node_transactions(ctx.node_id)
+    and whether it was re-used. ``existing``: the node's transactions, if just read."""
+    if existing is None:
+        existing = node_transactions(ctx.node_id)
     if existing:
         return existing[0], True
     chain = transfer.chain

@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
@@ -147,26 +147,38 @@ _DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
 
 
 def _anything_to_do(chain: EvmChain, sender: str, *, now) -> bool:
-    """Whether the sender has an orphan, a held unsigned nonce or a filler not done: one
-    query (every look at a node of the sender asks it; the answer is nearly always no)."""
+    """Whether the sweep may have something to do for the sender: a filler not done, or a
+    CREATED/SIGNED transaction of a node that ended (an orphan) or CREATED before the
+    release cutoff (maybe held). One query over the few unsent transactions and the
+    fillers; a yes is checked exactly by the sweep (every look at a node of the sender
+    asks, and the answer is nearly always no)."""
     cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
-    later = ChainTransaction.objects.filter(
-        chain=chain.name, sender=sender, nonce__gt=OuterRef("nonce")
-    ).exclude(state=S.CREATED)
-    held = Q(
-        purpose=TxPurpose.NODE,
-        node__isnull=False,
-        nonce__isnull=False,
-        state=S.CREATED,
-        created_at__lt=cutoff,
-    ) & Q(Exists(later))
-    orphan = Q(pk__in=orphans(chain.name, sender).values("pk"))
+    ended_nodes = {str(state) for state in TERMINAL_NODE_STATES}
+    ended_requests = {str(state) for state in TERMINAL_REQUEST_STATES}
+    unsent = Q(state__in=[S.CREATED, S.SIGNED])
     filling = Q(purpose=TxPurpose.NONCE_FILL) & ~Q(state__in=_DONE)
-    return (
+    rows = (
         ChainTransaction.objects.filter(chain=chain.name, sender=sender)
-        .filter(orphan | held | filling)
-        .exists()
+        .filter(unsent | filling)
+        .values_list(
+            "purpose",
+            "state",
+            "created_at",
+            "node_id",
+            "node__node_state",
+            "movement__request_state",
+        )
     )
+    for purpose, state, created_at, node_id, node_state, request_state in rows:
+        if purpose == TxPurpose.NONCE_FILL:
+            return True
+        if purpose != TxPurpose.NODE or node_id is None:
+            continue
+        if node_state in ended_nodes or request_state in ended_requests:
+            return True
+        if state == S.CREATED and created_at < cutoff:
+            return True
+    return False
 
 
 def _close_orphan(
