@@ -252,6 +252,34 @@ def phases(ids: list[int], start) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in steps.items()}
 
 
+def venue_statements(statements: QueryCounter) -> dict:
+    """SQL statements, calls and seconds inside each EVM executor method (the venue code's
+    own share), counted by wrapping the methods where they are defined."""
+    from venues.evm.executors import ChainTxObserve
+    from venues.evm.tx import ChainAction
+
+    found: dict = defaultdict(lambda: [0, 0, 0.0])
+
+    def wrap(cls, method, fn):
+        def counted(*args, **kwargs):
+            before, began = statements.count, time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                entry = found[(cls.__name__, method)]
+                entry[0] += statements.count - before
+                entry[1] += 1
+                entry[2] += time.perf_counter() - began
+
+        return counted
+
+    for cls in (ChainAction, ChainTxObserve):
+        for method in ("prepare", "sign", "submit", "observe", "recover"):
+            if method in cls.__dict__:
+                setattr(cls, method, wrap(cls, method, cls.__dict__[method]))
+    return found
+
+
 def profile(chain: Chain, args) -> None:
     """One worker's services in-process under cProfile (the sweeps as beat sends them, one
     pass after another), with every JSON-RPC call counted and timed by method."""
@@ -296,6 +324,7 @@ def profile(chain: Chain, args) -> None:
     ids = [r.pk for r in requests]
     owner = execution.worker_identity()
     statements = QueryCounter()
+    in_venue = venue_statements(statements)
     profiler = cProfile.Profile()
     began = time.perf_counter()
     profiler.enable()
@@ -322,6 +351,11 @@ def profile(chain: Chain, args) -> None:
     for method, count in calls.most_common():
         print(f"  {method:<32} {count:6d} calls {count / n:6.1f}/transfer {spent[method]:6.2f} s")
     print(f"SQL: {statements.count} statements ({statements.count / n:.1f} per transfer)")
+    for (executor, method), (count, calls, seconds) in sorted(in_venue.items()):
+        print(
+            f"  in {executor}.{method:<10} {count / n:6.1f}/transfer "
+            f"({calls} calls, {seconds * 1000 / max(1, calls):.1f} ms each)"
+        )
     start = MovementEvent.objects.filter(
         request_id__in=ids, kind="transition", node__isnull=False
     ).aggregate(first=Min("created_at"))["first"]
