@@ -364,7 +364,10 @@ def profile(chain: Chain, args) -> None:
     for name, value in steps.items():
         print(f"  {name:<38} {value:8.0f}")
     stats = pstats.Stats(profiler).sort_stats("cumulative")
+    if args.profile_out:
+        stats.dump_stats(args.profile_out)
     stats.print_stats(r"venues/|movements/services", 60)
+    stats.sort_stats("tottime").print_stats(25)
 
 
 def one_run(chain: Chain, args, run: int, in_flight: int) -> dict:
@@ -398,6 +401,7 @@ def main() -> None:
     parser.add_argument("--reference-in-flight", type=int, help="interleave runs with this bound")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true", help="one worker in-process, profiled")
+    parser.add_argument("--profile-out", help="with --profile: also write the pstats file here")
     args = parser.parse_args()
     if not settings.DB_IS_POSTGRES:
         raise BenchCheckFailed("the worker processes need PostgreSQL: set DATABASE_URL")

@@ -89,3 +89,19 @@ def test_transfers_final_in_one_look_read_the_finalized_checkpoint_once(
     txs = ChainTransaction.objects.filter(movement_id__in=[r.pk for r in requests])
     assert sorted(tx.state for tx in txs) == [S.FINALIZED] * 4
     assert asked(calls, "eth_getBlockByNumber", "finalized") == 1
+
+
+def test_the_proxy_the_environment_names_still_carries_the_calls(devchain, monkeypatch):
+    """The environment is read once per client, not per request: what it says still holds."""
+    from standins.rpc_proxy import LossyRpcProxy
+    from venues.evm import client
+
+    with LossyRpcProxy(devchain.url) as forward:
+        monkeypatch.setenv("HTTP_PROXY", forward.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        w3 = client._client_for(devchain.url, 7.25)  # a timeout of its own: a new client
+
+        assert w3.eth.block_number == devchain.block_number()
+
+    assert asked(forward.calls, "eth_blockNumber") == 1
