@@ -49,7 +49,7 @@ def test_the_chain_id_is_read_once_per_process_whatever_the_number_of_transfers(
     assert asked(counted.calls, "eth_chainId") == 1
 
 
-def test_a_transfer_is_prepared_and_broadcast_in_three_round_trips(
+def test_a_transfer_is_prepared_and_broadcast_in_two_round_trips(
     devchain, tokens, counted, fast_worker, creator, recipient
 ):
     treasury = devchain.accounts[1].address
@@ -64,10 +64,11 @@ def test_a_transfer_is_prepared_and_broadcast_in_three_round_trips(
     txs = ChainTransaction.objects.filter(movement_id__in=[r.pk for r in requests])
     assert sorted(tx.state for tx in txs) == [S.BROADCAST] * 4
     assert sorted(devchain.pending_transaction_hashes()) == sorted(tx.tx_hash for tx in txs)
-    # Per transfer: the nonce counts and the head in one batch, the gas estimate, the send
-    # (and, once per process, the chain id).
+    # Per transfer: the nonce counts, the head and the gas estimate in one batch, then the
+    # send (and, once per process, the chain id).
     assert asked(calls, "eth_chainId") <= 1
-    assert round_trips(calls) - asked(calls, "eth_chainId") == 3 * 4, calls
+    assert round_trips(calls) - asked(calls, "eth_chainId") == 2 * 4, calls
+    assert asked(calls, "eth_estimateGas") == 4
     assert asked(calls, "eth_sendRawTransaction") == 4
     nonces = sorted(tx.nonce for tx in txs)
     assert nonces == list(range(devchain.web3.eth.get_transaction_count(treasury), nonces[0] + 4))
@@ -105,3 +106,23 @@ def test_the_proxy_the_environment_names_still_carries_the_calls(devchain, monke
         assert w3.eth.block_number == devchain.block_number()
 
     assert asked(forward.calls, "eth_blockNumber") == 1
+
+
+def test_a_transfer_the_chain_refuses_to_estimate_fails_without_taking_a_nonce(
+    devchain, tokens, counted, fast_worker, creator, recipient
+):
+    """The estimate rides in the batch with the nonce counts; refused there, it is asked
+    alone and its refusal fails the node (more than the treasury holds), no nonce taken."""
+    treasury = devchain.accounts[1].address
+    request = transfer(creator, recipient, asset="DAI", amount="2000000")
+
+    request = settle(request, devchain)
+
+    assert request.request_state == RequestState.FAILED
+    assert not ChainTransaction.objects.filter(movement_id=request.pk).exists()
+    assert devchain.web3.eth.get_transaction_count(treasury, "pending") == (
+        devchain.web3.eth.get_transaction_count(treasury, "latest")
+    )
+    failed = request.nodes.get(node_key="transfer")
+    assert "gas estimate refused" in failed.last_error
+    assert asked(counted.calls, "eth_sendRawTransaction") == 0

@@ -19,7 +19,7 @@ from movements.executors.base import (
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
 from venues.evm.tx.common import ACTOR, S, chain_of, rpc_read, stored_fields
-from venues.evm.tx.heads import Head, latest, sender_counts
+from venues.evm.tx.heads import Head, SenderReads, latest, sender_reads
 from venues.models import ChainTransaction
 from venues.nonces import InFlightFull, nonce_allocate
 from venues.signing import Signer, signer_for
@@ -184,8 +184,11 @@ def prepare_transfer(
 
         check_decimals(chain, asset, w3=w3)
     call = transfer.call()
+    reads = sender_reads(w3, transfer.sender, estimate={"from": transfer.sender, **call})
     try:
-        estimate = w3.eth.estimate_gas({"from": transfer.sender, **call})
+        estimate = reads.gas
+        if estimate is None:  # refused in the batch: asked alone, its refusal classified
+            estimate = w3.eth.estimate_gas({"from": transfer.sender, **call})
     except Exception as exc:
         message = client.rpc_message(exc)
         if client.is_network_error(exc):
@@ -207,6 +210,7 @@ def prepare_transfer(
         movement_id=ctx.request_id,
         node_id=ctx.node_id,
         evidence={"gas_estimate": int(estimate)},
+        reads=reads if reads.gas is not None else None,
     )
     return tx, False
 
@@ -221,6 +225,7 @@ def create_with_new_nonce(
     movement_id: Any,
     node_id: int | None = None,
     evidence: dict[str, Any],
+    reads: SenderReads | None = None,
 ) -> ChainTransaction:
     """A CREATED transaction of ``call`` (to, value, data) at the sender's next nonce, with
     the chain's fees now: the nonce is allocated in the transaction that records it.
@@ -228,10 +233,13 @@ def create_with_new_nonce(
     Pipelined: the sender's earlier transactions need not be mined first, but at most
     ``QTG_EVM_MAX_IN_FLIGHT`` of its nonces are allocated and not mined at once (counted
     from the chain's mined count under the nonce cursor's lock); past it nothing is taken and
-    the node waits for a block (``VenueWait``: not counted as a venue error)."""
-    chain_next, chain_mined, head_block = sender_counts(w3, sender)
-    _, max_fee, tip = fees(w3, chain, head=head_block)
-    head = head_block.number
+    the node waits for a block (``VenueWait``: not counted as a venue error). ``reads``: the
+    sender's counts and the head, if just read (``heads.sender_reads``)."""
+    if reads is None:
+        reads = sender_reads(w3, sender)
+    chain_next, chain_mined = reads.pending, reads.mined
+    _, max_fee, tip = fees(w3, chain, head=reads.head)
+    head = reads.head.number
     with transaction.atomic():
         try:
             nonce = nonce_allocate(

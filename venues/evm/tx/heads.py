@@ -6,8 +6,9 @@ per transaction looked at.
   this process (a cache keyed by the head's hash, so a reorg to another head at the same
   height asks again). A checkpoint read at an older head can only be lower than the
   current one: anything decided with it is decided later, never wrongly.
-- ``sender_counts``: the sender's transaction count at ``pending`` and at ``latest`` and the
-  head block, in one JSON-RPC batch (one round trip where a new nonce is allocated).
+- ``sender_reads``: the sender's transaction count at ``pending`` and at ``latest``, the head
+  block and the new transaction's gas estimate, in one JSON-RPC batch (one round trip where
+  a new nonce is allocated).
 """
 
 import threading
@@ -15,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from movements.executors.base import TransientError
+from venues.evm import client
 from venues.evm.tx.common import rpc_read
 
 CACHED_HEADS = 64  # per process: enough for every endpoint of every chain to keep a few
@@ -61,18 +64,47 @@ def finalized(w3: Any, head: Head) -> dict[str, Any]:
     return dict(found)
 
 
-def sender_counts(w3: Any, sender: str) -> tuple[int, int, Head]:
-    """(the sender's count at ``pending``, at ``latest``, the head block), one round trip."""
+@dataclass(frozen=True)
+class SenderReads:
+    """What a new nonce is decided on, read in one round trip."""
 
-    def batch() -> list[Any]:
+    pending: int  # the sender's transaction count at ``pending``
+    mined: int  # ... at ``latest``
+    head: Head
+    gas: int | None = None  # the gas estimate of the call asked for, if it was asked
+
+
+def sender_reads(w3: Any, sender: str, *, estimate: dict[str, Any] | None = None) -> SenderReads:
+    """The sender's counts, the head block and, with ``estimate`` (a call), its gas estimate:
+    one JSON-RPC batch. A node that refuses the estimate (a revert, funds short) answers the
+    batch with an error: the counts are then read again without it and ``gas`` is None (the
+    caller asks for the estimate alone, where its refusal is told apart from a timeout)."""
+
+    def batch(with_estimate: bool) -> list[Any]:
         with w3.batch_requests() as requests:
             requests.add(w3.eth.get_transaction_count(sender, "pending"))
             requests.add(w3.eth.get_transaction_count(sender, "latest"))
             requests.add(w3.eth.get_block("latest"))
+            if with_estimate:
+                requests.add(w3.eth.estimate_gas(estimate))
             return requests.execute()
 
-    pending, mined, block = rpc_read("nonce and head", batch)
-    return int(pending), int(mined), _head(block)
+    found: list[Any] | None = None
+    if estimate is not None:
+        try:
+            found = batch(True)
+        except Exception as exc:
+            if client.is_network_error(exc):
+                raise TransientError(
+                    f"nonce, head and gas: {type(exc).__name__}: {exc}"[:500]
+                ) from exc
+            found = None  # an answer with an error: asked again, the estimate alone after
+    if found is None:
+        found = [*rpc_read("nonce and head", batch, False), None]
+    pending, mined, block, gas = found
+    return SenderReads(
+        int(pending), int(mined), _head(block), int(gas) if gas is not None else None
+    )
 
 
 def _endpoint(w3: Any) -> str:
