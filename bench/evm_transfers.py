@@ -67,6 +67,7 @@ from django.db.models import Min  # noqa: E402
 from bench.throughput import (  # noqa: E402
     BenchCheckFailed,
     Deployment,
+    QueryCounter,
     bench_users,
     percentile,
     spread,
@@ -251,6 +252,34 @@ def phases(ids: list[int], start) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in steps.items()}
 
 
+def venue_statements(statements: QueryCounter) -> dict:
+    """SQL statements, calls and seconds inside each EVM executor method (the venue code's
+    own share), counted by wrapping the methods where they are defined."""
+    from venues.evm.executors import ChainTxObserve
+    from venues.evm.tx import ChainAction
+
+    found: dict = defaultdict(lambda: [0, 0, 0.0])
+
+    def wrap(cls, method, fn):
+        def counted(*args, **kwargs):
+            before, began = statements.count, time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                entry = found[(cls.__name__, method)]
+                entry[0] += statements.count - before
+                entry[1] += 1
+                entry[2] += time.perf_counter() - began
+
+        return counted
+
+    for cls in (ChainAction, ChainTxObserve):
+        for method in ("prepare", "sign", "submit", "observe", "recover"):
+            if method in cls.__dict__:
+                setattr(cls, method, wrap(cls, method, cls.__dict__[method]))
+    return found
+
+
 def profile(chain: Chain, args) -> None:
     """One worker's services in-process under cProfile (the sweeps as beat sends them, one
     pass after another), with every JSON-RPC call counted and timed by method."""
@@ -263,45 +292,82 @@ def profile(chain: Chain, args) -> None:
 
     calls: Counter[str] = Counter()
     spent: Counter[str] = Counter()
-    real = HTTPProvider.make_request
+    # Counted where a request leaves the process (after web3's own cache): one HTTP round
+    # trip per single call, one per batch (its calls counted by method as well).
+    real_single, real_batch = HTTPProvider._make_request, HTTPProvider.make_batch_request
+    trips = Counter()
 
-    def counted(self, method, params):
+    def single(self, method, request_data):
         began = time.perf_counter()
         try:
-            return real(self, method, params)
+            return real_single(self, method, request_data)
         finally:
             calls[method] += 1
+            trips["single"] += 1
             spent[method] += time.perf_counter() - began
 
-    HTTPProvider.make_request = counted
+    def batch(self, batch_requests):
+        began = time.perf_counter()
+        try:
+            return real_batch(self, batch_requests)
+        finally:
+            trips["batch"] += 1
+            for method, _ in batch_requests:
+                calls[method] += 1
+            spent["(batch)"] += time.perf_counter() - began
+
+    HTTPProvider._make_request, HTTPProvider.make_batch_request = single, batch
     settings.QTG_EVM_MAX_IN_FLIGHT = args.in_flight
     settings.QTG_OBSERVE_POLL_SECONDS = 0
     settings.QTG_RETRY_BASE_SECONDS = 0
     requests = create(chain, args.transfers, 10_000)
     ids = [r.pk for r in requests]
     owner = execution.worker_identity()
+    statements = QueryCounter()
+    in_venue = venue_statements(statements)
     profiler = cProfile.Profile()
     began = time.perf_counter()
     profiler.enable()
-    while MovementRequest.objects.filter(pk__in=ids).exclude(request_state="COMPLETED").exists():
-        execution.reap_expired_leases()
-        execution.dispatch_ready_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
-        execution.observe_submitted_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
-        execution.recover_unknown_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
-        if time.perf_counter() - began > args.timeout:
-            raise BenchCheckFailed("the profiled run did not finish")
+    with connection.execute_wrapper(statements):
+        while (
+            MovementRequest.objects.filter(pk__in=ids).exclude(request_state="COMPLETED").exists()
+        ):
+            execution.reap_expired_leases()
+            execution.dispatch_ready_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
+            execution.observe_submitted_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
+            execution.recover_unknown_nodes(owner=owner, limit=settings.QTG_DISPATCH_BATCH)
+            if time.perf_counter() - began > args.timeout:
+                raise BenchCheckFailed("the profiled run did not finish")
     profiler.disable()
     wall = time.perf_counter() - began
-    HTTPProvider.make_request = real
+    HTTPProvider._make_request, HTTPProvider.make_batch_request = real_single, real_batch
     n = len(ids)
     print(f"profile: {n} transfers, one worker in-process, {wall:.1f} s, {n / wall:.1f}/s")
     print(
-        f"JSON-RPC: {sum(calls.values())} calls ({sum(calls.values()) / n:.1f} per transfer), "
-        f"{sum(spent.values()):.1f} s"
+        f"JSON-RPC: {sum(calls.values())} calls ({sum(calls.values()) / n:.1f} per transfer) "
+        f"in {sum(trips.values())} round trips ({sum(trips.values()) / n:.1f} per transfer, "
+        f"{trips['batch']} of them batches), {sum(spent.values()):.1f} s"
     )
     for method, count in calls.most_common():
         print(f"  {method:<32} {count:6d} calls {count / n:6.1f}/transfer {spent[method]:6.2f} s")
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+    print(f"SQL: {statements.count} statements ({statements.count / n:.1f} per transfer)")
+    for (executor, method), (count, calls, seconds) in sorted(in_venue.items()):
+        print(
+            f"  in {executor}.{method:<10} {count / n:6.1f}/transfer "
+            f"({calls} calls, {seconds * 1000 / max(1, calls):.1f} ms each)"
+        )
+    start = MovementEvent.objects.filter(
+        request_id__in=ids, kind="transition", node__isnull=False
+    ).aggregate(first=Min("created_at"))["first"]
+    steps = phases(ids, start)
+    print("where a transfer's time goes (median ms per step):")
+    for name, value in steps.items():
+        print(f"  {name:<38} {value:8.0f}")
+    stats = pstats.Stats(profiler).sort_stats("cumulative")
+    if args.profile_out:
+        stats.dump_stats(args.profile_out)
+    stats.print_stats(r"venues/|movements/services", 60)
+    stats.sort_stats("tottime").print_stats(25)
 
 
 def one_run(chain: Chain, args, run: int, in_flight: int) -> dict:
@@ -335,6 +401,7 @@ def main() -> None:
     parser.add_argument("--reference-in-flight", type=int, help="interleave runs with this bound")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--profile", action="store_true", help="one worker in-process, profiled")
+    parser.add_argument("--profile-out", help="with --profile: also write the pstats file here")
     args = parser.parse_args()
     if not settings.DB_IS_POSTGRES:
         raise BenchCheckFailed("the worker processes need PostgreSQL: set DATABASE_URL")

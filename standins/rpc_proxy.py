@@ -15,7 +15,8 @@
   parameter at head - N, and a receipt in a block above that as ``null`` (one endpoint of a
   chain that several are configured for, behind the others).
 
-Everything else passes through unchanged.
+Everything else passes through unchanged, and every call is logged (``calls``: what a client
+asked, batches included).
 
     with LossyRpcProxy(chain.url) as proxy:
         proxy.lose_response("eth_sendRawTransaction", times=1)
@@ -55,6 +56,9 @@ class LossyRpcProxy:
         self.errored: list[tuple[str, str]] = []
         self.lost: list[tuple[str, Any]] = []
         self.lagged: list[tuple[str, str]] = []  # (method, hash) answered null on purpose
+        # Every call the proxy was asked, in order: (method, params); a JSON-RPC batch is one
+        # entry per call it carries, and one ("batch", size) entry for its round trip.
+        self.calls: list[tuple[str, Any]] = []
         self._client = httpx.Client(timeout=30.0)
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -209,6 +213,14 @@ class LossyRpcProxy:
             request = json.loads(body)
         except ValueError:
             request = {}
+        if isinstance(request, list):
+            with self._lock:
+                self.calls.append(("batch", len(request)))
+                self.calls.extend(
+                    (str(call.get("method", "")), call.get("params"))
+                    for call in request
+                    if isinstance(call, dict)
+                )
         if not isinstance(request, dict):
             answer = self._client.post(
                 self.upstream, content=body, headers={"Content-Type": "application/json"}
@@ -216,6 +228,9 @@ class LossyRpcProxy:
             return answer.content, answer.status_code
         method = request.get("method", "")
         params = request.get("params") or []
+        if not method.startswith("standin_"):
+            with self._lock:
+                self.calls.append((method, request.get("params")))
         if method.startswith("standin_"):
             try:
                 result = {"result": self._control(method, params)}

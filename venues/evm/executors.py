@@ -34,6 +34,7 @@ from venues.evm.tx import (
     Track,
     Transfer,
     finalized_block,
+    latest,
     moved,
     resolve_transfer,
     transaction_by_hash,
@@ -162,11 +163,12 @@ class ChainTxObserve(Executor):
         w3 = client.web3_for(chain)
         try:
             receipt = client.receipt_of(w3, tx_hash)
-            head = w3.eth.block_number
         except Exception as exc:
             if client.is_network_error(exc) or client.rpc_message(exc):
                 raise TransientError(f"receipt of {tx_hash}: {exc}"[:500]) from exc
             raise
+        tip = latest(w3)
+        head = tip.number
         seen_block = str(ctx.result.get("block_hash") or "")
         final_since = str(ctx.result.get("final_since") or "")
         if final_since and (receipt is None or receipt["blockHash"].to_0x_hex() != seen_block):
@@ -214,7 +216,7 @@ class ChainTxObserve(Executor):
             return Observation(ObservedStatus.REORG, tx_hash, detail)
         checkpoint = None
         if not chain.finality.depth or confirmations >= chain.finality.depth:
-            checkpoint = finalized_block(w3, chain)
+            checkpoint = finalized_block(w3, chain, head=tip)
             detail["finalized_block"] = checkpoint
         if (chain.finality.depth and confirmations < chain.finality.depth) or not (
             chain.finality.reached(

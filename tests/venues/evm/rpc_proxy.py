@@ -26,7 +26,8 @@ class RPCProxy:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = httpx.Response(200, content=body).json()
-                method = request.get("method", "")
+                # A JSON-RPC batch (reads) passes through; single calls can be stalled.
+                method = request.get("method", "") if isinstance(request, dict) else ""
                 stall = proxy._take(method)
                 if stall == "swallow":
                     raw = bytes.fromhex(request["params"][0].removeprefix("0x"))

@@ -85,9 +85,10 @@ class ChainAction(Executor):
     def prepare(self, ctx: ExecutionContext) -> Prepared:
         call = self.call(ctx)
         detail: dict[str, Any] = {}
-        if not node_transactions(ctx.node_id):
+        existing = node_transactions(ctx.node_id)
+        if not existing:
             detail = self.before_first_nonce(ctx, call)
-        tx, reused = prepare_transfer(ctx, call)
+        tx, reused = prepare_transfer(ctx, call, existing=existing)
         return Prepared(
             {
                 **detail,
@@ -103,10 +104,12 @@ class ChainAction(Executor):
 
     def sign(self, ctx: ExecutionContext) -> Signed:
         call = self.call(ctx)
-        if not node_transactions(ctx.node_id):
+        txs = node_transactions(ctx.node_id)
+        if not txs:
             # Its unsigned nonce was released while the node kept dying: a new one now.
             self.prepare(ctx)
-        original = node_transactions(ctx.node_id)[0]
+            txs = node_transactions(ctx.node_id)
+        original = txs[0]
         reused = original.state != S.CREATED
         try:
             tx = sign_stored(original, signer_of(call))

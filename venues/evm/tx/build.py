@@ -19,6 +19,7 @@ from movements.executors.base import (
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
 from venues.evm.tx.common import ACTOR, S, chain_of, rpc_read, stored_fields
+from venues.evm.tx.heads import Head, SenderReads, latest, sender_reads
 from venues.models import ChainTransaction
 from venues.nonces import InFlightFull, nonce_allocate
 from venues.signing import Signer, signer_for
@@ -133,11 +134,14 @@ def check_chain_id(w3: Any, chain: EvmChain) -> None:
         )
 
 
-def fees(w3: Any, chain: EvmChain) -> tuple[int, int, int]:
+def fees(w3: Any, chain: EvmChain, *, head: Head | None = None) -> tuple[int, int, int]:
     """(base fee, max fee, priority fee) for a new transaction: twice the base fee plus the
     tip, capped at the chain's ``max_fee_gwei``. A base fee at or above the cap is transient
-    (and an operator is told): nothing is sent that could not be mined."""
-    base = int(rpc_read("latest block", w3.eth.get_block, "latest")["baseFeePerGas"])
+    (and an operator is told): nothing is sent that could not be mined. ``head``: the head
+    block already read (else it is read now)."""
+    if head is None or head.base_fee is None:
+        head = latest(w3)
+    base = int(head.base_fee)  # type: ignore[arg-type]  (a chain without EIP-1559: refused)
     tip = chain.priority_fee_wei
     max_fee = min(2 * base + tip, chain.max_fee_wei)
     if max_fee < base + tip:
@@ -157,11 +161,17 @@ def fees(w3: Any, chain: EvmChain) -> tuple[int, int, int]:
     return base, max_fee, tip
 
 
-def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTransaction, bool]:
+def prepare_transfer(
+    ctx: ExecutionContext,
+    transfer: Transfer,
+    *,
+    existing: list[ChainTransaction] | None = None,
+) -> tuple[ChainTransaction, bool]:
     """The node's CREATED (or later) transaction: found if an earlier try of this attempt
     made it (its nonce re-used), else built now with a freshly allocated nonce. Returns it
-    and whether it was re-used."""
-    existing = node_transactions(ctx.node_id)
+    and whether it was re-used. ``existing``: the node's transactions, if just read."""
+    if existing is None:
+        existing = node_transactions(ctx.node_id)
     if existing:
         return existing[0], True
     chain = transfer.chain
@@ -174,8 +184,11 @@ def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTr
 
         check_decimals(chain, asset, w3=w3)
     call = transfer.call()
+    reads = sender_reads(w3, transfer.sender, estimate={"from": transfer.sender, **call})
     try:
-        estimate = w3.eth.estimate_gas({"from": transfer.sender, **call})
+        estimate = reads.gas
+        if estimate is None:  # refused in the batch: asked alone, its refusal classified
+            estimate = w3.eth.estimate_gas({"from": transfer.sender, **call})
     except Exception as exc:
         message = client.rpc_message(exc)
         if client.is_network_error(exc):
@@ -197,6 +210,7 @@ def prepare_transfer(ctx: ExecutionContext, transfer: Transfer) -> tuple[ChainTr
         movement_id=ctx.request_id,
         node_id=ctx.node_id,
         evidence={"gas_estimate": int(estimate)},
+        reads=reads if reads.gas is not None else None,
     )
     return tx, False
 
@@ -211,6 +225,7 @@ def create_with_new_nonce(
     movement_id: Any,
     node_id: int | None = None,
     evidence: dict[str, Any],
+    reads: SenderReads | None = None,
 ) -> ChainTransaction:
     """A CREATED transaction of ``call`` (to, value, data) at the sender's next nonce, with
     the chain's fees now: the nonce is allocated in the transaction that records it.
@@ -218,11 +233,13 @@ def create_with_new_nonce(
     Pipelined: the sender's earlier transactions need not be mined first, but at most
     ``QTG_EVM_MAX_IN_FLIGHT`` of its nonces are allocated and not mined at once (counted
     from the chain's mined count under the nonce cursor's lock); past it nothing is taken and
-    the node waits for a block (``VenueWait``: not counted as a venue error)."""
-    _, max_fee, tip = fees(w3, chain)
-    chain_next = rpc_read("nonce", w3.eth.get_transaction_count, sender, "pending")
-    chain_mined = rpc_read("nonce", w3.eth.get_transaction_count, sender, "latest")
-    head = rpc_read("block number", lambda: w3.eth.block_number)
+    the node waits for a block (``VenueWait``: not counted as a venue error). ``reads``: the
+    sender's counts and the head, if just read (``heads.sender_reads``)."""
+    if reads is None:
+        reads = sender_reads(w3, sender)
+    chain_next, chain_mined = reads.pending, reads.mined
+    _, max_fee, tip = fees(w3, chain, head=reads.head)
+    head = reads.head.number
     with transaction.atomic():
         try:
             nonce = nonce_allocate(

@@ -124,6 +124,8 @@ def fill_nonce_gaps(
     now = now or timezone.now()
     w3 = w3 or client.web3_for(chain)
     report = GapReport()
+    if not _anything_to_do(chain, sender, now=now):
+        return report
     candidates = list(orphans(chain.name, sender).values_list("pk", flat=True))
     candidates += [pk for pk in held_unsigned(chain, sender, now=now) if pk not in candidates]
     if candidates or fillers(chain.name, sender).exclude(state__in=_DONE).exists():
@@ -142,6 +144,41 @@ def fill_nonce_gaps(
 
 
 _DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
+
+
+def _anything_to_do(chain: EvmChain, sender: str, *, now) -> bool:
+    """Whether the sweep may have something to do for the sender: a filler not done, or a
+    CREATED/SIGNED transaction of a node that ended (an orphan) or CREATED before the
+    release cutoff (maybe held). One query over the few unsent transactions and the
+    fillers; a yes is checked exactly by the sweep (every look at a node of the sender
+    asks, and the answer is nearly always no)."""
+    cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
+    ended_nodes = {str(state) for state in TERMINAL_NODE_STATES}
+    ended_requests = {str(state) for state in TERMINAL_REQUEST_STATES}
+    unsent = Q(state__in=[S.CREATED, S.SIGNED])
+    filling = Q(purpose=TxPurpose.NONCE_FILL) & ~Q(state__in=_DONE)
+    rows = (
+        ChainTransaction.objects.filter(chain=chain.name, sender=sender)
+        .filter(unsent | filling)
+        .values_list(
+            "purpose",
+            "state",
+            "created_at",
+            "node_id",
+            "node__node_state",
+            "movement__request_state",
+        )
+    )
+    for purpose, state, created_at, node_id, node_state, request_state in rows:
+        if purpose == TxPurpose.NONCE_FILL:
+            return True
+        if purpose != TxPurpose.NODE or node_id is None:
+            continue
+        if node_state in ended_nodes or request_state in ended_requests:
+            return True
+        if state == S.CREATED and created_at < cutoff:
+            return True
+    return False
 
 
 def _close_orphan(

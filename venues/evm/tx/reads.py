@@ -7,16 +7,20 @@ from typing import Any
 from venues.evm.config import EvmChain
 from venues.evm.tx.build import Transfer
 from venues.evm.tx.common import rpc_read, unsigned_for_signing
+from venues.evm.tx.heads import Head, finalized
 from venues.models import ChainTransaction
 
 TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
 
 
-def finalized_block(w3: Any, chain: EvmChain) -> dict[str, Any] | None:
+def finalized_block(w3: Any, chain: EvmChain, *, head: Head | None = None) -> dict[str, Any] | None:
     """The chain's ``finalized`` block (number and hash) when its finality policy uses the
-    tag, else None."""
+    tag, else None. With ``head`` (the head block just read): read once per head block
+    (``heads.finalized``)."""
     if not chain.finality.tag:
         return None
+    if head is not None:
+        return finalized(w3, head)
     block = rpc_read("finalized block", w3.eth.get_block, "finalized")
     return {"number": int(block["number"]), "hash": block["hash"].to_0x_hex()}
 

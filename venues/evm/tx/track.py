@@ -8,6 +8,7 @@ conclude DROPPED, and fill the sender's nonce gaps (``venues.evm.tx.gaps``)."""
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from movements.executors.base import TransientError
@@ -18,6 +19,7 @@ from venues.evm.tx import policy
 from venues.evm.tx.broadcast import send_stored
 from venues.evm.tx.build import node_transactions, signer_of_tx
 from venues.evm.tx.common import ACTOR, S, chain_of, log, move_tx, rpc_read
+from venues.evm.tx.heads import Head, latest
 from venues.evm.tx.reads import finalized_block, nonce_spender, revert_reason
 from venues.evm.tx.sign import sign_stored
 from venues.models import LIVE_TX_STATES, ChainTransaction
@@ -71,7 +73,8 @@ def track(node_id: int, *, now=None) -> Track:
     chain = chain_of(original)
     w3 = client.web3_for(chain)
     result = Track("waiting", original=original)
-    head = rpc_read("block number", lambda: w3.eth.block_number)
+    tip = latest(w3)
+    head = tip.number
     result.detail |= _fill_gaps(w3, chain, original.sender, head=head, now=now)
     by_id = {tx.pk: tx for tx in txs}
     looks: dict[int, Any] = {}
@@ -98,7 +101,7 @@ def track(node_id: int, *, now=None) -> Track:
         }
     if plan.winner is not None:
         winner = by_id[plan.winner]
-        confirm(winner, looks[winner.pk], head, chain)
+        confirm(winner, looks[winner.pk], head, chain, tip=tip)
         for pk in plan.replaced:
             move_tx(by_id[pk], S.REPLACED, {"replaced_by": winner.tx_hash, "nonce": winner.nonce})
         result.winner, result.receipt = winner, looks[winner.pk]
@@ -166,53 +169,38 @@ def walk_back(tx: ChainTransaction, receipt: Any, head: int) -> dict[str, Any]:
     return evidence
 
 
-def confirm(tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain) -> None:
+def confirm(
+    tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain, *, tip: Head | None = None
+) -> None:
+    """A mined transaction CONFIRMED (its block, fee, confirmations) and, at the chain's
+    finality, FINALIZED (FAILED if it reverted). ``tip``: the head block ``head`` was read
+    from, whose finalized checkpoint is read once (else the checkpoint is read now). The
+    checkpoint is read first and what the look concludes is written in one database
+    transaction (one commit, not one per step; no lock held across a call to the node)."""
     block_number = int(receipt["blockNumber"])
     block_hash = receipt["blockHash"].to_0x_hex()
-    if tx.state != S.CONFIRMED:
-        if tx.state == S.SIGNED:
-            move_tx(tx, S.BROADCAST, {"found_by_hash": True})
-        fee = int(receipt["gasUsed"]) * int(receipt.get("effectiveGasPrice") or 0)
-        back = (
-            {"walked_back": "mined after all", "was": tx.state}
-            if tx.state
-            in (
-                S.REPLACED,
-                S.DROPPED,
-            )
-            else {}
-        )
-        move_tx(
-            tx,
-            S.CONFIRMED,
-            {
-                "block_number": block_number,
-                "block_hash": block_hash,
-                "head": head,
-                "status": int(receipt["status"]),
-                "gas_used": int(receipt["gasUsed"]),
-                **back,
-            },
-            block_number=block_number,
-            block_hash=block_hash,
-            fee_paid=fee,
-        )
     confirmations = policy.confirmations(head=head, block=block_number)
-    chain_transaction_count_confirmations(chain_transaction_id=tx.pk, confirmations=confirmations)
-    tx.confirmations = confirmations
-    if not policy.needs_checkpoint(chain.finality, head=head, block=block_number):
-        return
-    checkpoint = finalized_block(client.web3_for(chain), chain)
-    if policy.final(
-        chain.finality,
-        head=head,
-        block=block_number,
-        checkpoint=checkpoint["number"] if checkpoint else None,
-    ):
-        final = S.FINALIZED if int(receipt["status"]) == 1 else S.FAILED
+    checkpoint, final = None, False
+    if policy.needs_checkpoint(chain.finality, head=head, block=block_number):
+        checkpoint = finalized_block(client.web3_for(chain), chain, head=tip)
+        final = policy.final(
+            chain.finality,
+            head=head,
+            block=block_number,
+            checkpoint=checkpoint["number"] if checkpoint else None,
+        )
+    with transaction.atomic():
+        if tx.state != S.CONFIRMED:
+            _confirmed(tx, receipt, head, block_number, block_hash)
+        chain_transaction_count_confirmations(
+            chain_transaction_id=tx.pk, confirmations=confirmations
+        )
+        tx.confirmations = confirmations
+        if not final:
+            return
         move_tx(
             tx,
-            final,
+            S.FINALIZED if int(receipt["status"]) == 1 else S.FAILED,
             {
                 "confirmations": confirmations,
                 "required": chain.finality.describe(),
@@ -223,6 +211,34 @@ def confirm(tx: ChainTransaction, receipt: Any, head: int, chain: EvmChain) -> N
                 "status": int(receipt["status"]),
             },
         )
+
+
+def _confirmed(
+    tx: ChainTransaction, receipt: Any, head: int, block_number: int, block_hash: str
+) -> None:
+    if tx.state == S.SIGNED:
+        move_tx(tx, S.BROADCAST, {"found_by_hash": True})
+    fee = int(receipt["gasUsed"]) * int(receipt.get("effectiveGasPrice") or 0)
+    back = (
+        {"walked_back": "mined after all", "was": tx.state}
+        if tx.state in (S.REPLACED, S.DROPPED)
+        else {}
+    )
+    move_tx(
+        tx,
+        S.CONFIRMED,
+        {
+            "block_number": block_number,
+            "block_hash": block_hash,
+            "head": head,
+            "status": int(receipt["status"]),
+            "gas_used": int(receipt["gasUsed"]),
+            **back,
+        },
+        block_number=block_number,
+        block_hash=block_hash,
+        fee_paid=fee,
+    )
 
 
 def keep_in_mempool(
