@@ -55,6 +55,13 @@ _PLATFORM_PACKAGES = {
 }
 
 
+# Extra arguments for a test session's devchain: every block's state kept in memory. A session
+# mines thousands of blocks (each test's rewound by a snapshot), and anvil otherwise lets the
+# states of the oldest blocks go, those of the contracts deployed at its start included; a
+# reorg down to such a block then rebuilds the chain on a state without those contracts.
+KEEP_EVERY_STATE = ("--prune-history", "100000")
+
+
 class AnvilNotInstalled(RuntimeError):
     """The anvil binary is not in standins/node_modules (run `npm ci --prefix standins`)."""
 

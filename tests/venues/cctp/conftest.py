@@ -13,7 +13,7 @@ import yaml
 from eth_account import Account
 from eth_utils import keccak
 
-from standins.anvil import Anvil
+from standins.anvil import KEEP_EVERY_STATE, Anvil
 from standins.cctp import deploy_cctp, link
 from standins.contracts import artifacts
 from standins.iris import IrisService, SourceDomain
@@ -33,13 +33,13 @@ def units(amount: str) -> int:
 
 @pytest.fixture(scope="session")
 def chain_a():
-    with Anvil(chain_id=31337, finalized_lag=2) as chain:
+    with Anvil(chain_id=31337, finalized_lag=2, extra_args=KEEP_EVERY_STATE) as chain:
         yield chain
 
 
 @pytest.fixture(scope="session")
 def chain_b():
-    with Anvil(chain_id=31338, finalized_lag=2) as chain:
+    with Anvil(chain_id=31338, finalized_lag=2, extra_args=KEEP_EVERY_STATE) as chain:
         yield chain
 
 

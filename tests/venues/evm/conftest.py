@@ -15,7 +15,7 @@ from movements.states import TERMINAL_REQUEST_STATES
 from qtg.core.actors import Actor
 from qtg.core.venues import provide_venues
 from reservations.services import hardcap_ensure
-from standins.anvil import Anvil
+from standins.anvil import KEEP_EVERY_STATE, Anvil
 from standins.contracts import deploy_test_token, transact
 from tests.execution.conftest import run_workers_once
 from venues.signing import forget_signers
@@ -30,7 +30,7 @@ TOKEN_SUPPLY = 10**6  # whole tokens minted to the treasury
 
 @pytest.fixture(scope="session")
 def devchain():
-    with Anvil(chain_id=CHAIN_ID, finalized_lag=2) as chain:
+    with Anvil(chain_id=CHAIN_ID, finalized_lag=2, extra_args=KEEP_EVERY_STATE) as chain:
         yield chain
 
 
