@@ -74,15 +74,14 @@ def _session(url: str) -> Any:
     """An HTTP session for ``url`` with what the environment says about it (proxies, CA
     bundle, .netrc credentials) read once, when the client is made: requests otherwise reads
     the whole environment again for every request (a third of the CPU of a call)."""
-    import os
-
     import requests
 
     session = requests.Session()
+    # requests' own reading of the environment for this URL (proxies, CA bundle), made once.
+    found = session.merge_environment_settings(url, {}, None, None, None)
     session.trust_env = False
-    session.proxies.update(requests.utils.get_environ_proxies(url))
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    session.verify = bundle or True
+    session.proxies.update(found["proxies"])
+    session.verify = found["verify"]
     credentials = requests.utils.get_netrc_auth(url)
     if credentials:
         session.auth = credentials
