@@ -8,7 +8,17 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from django.db.models import CharField, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    CharField,
+    Exists,
+    Max,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.utils import timezone
 
 from movements.models import (
@@ -209,15 +219,28 @@ def _authority(*, user: Any) -> QuerySet:
 _AUTHORITY = Compiled(_authority, user=lambda: get_user_model()._meta.pk)
 
 
+def audit_head(request_field: str) -> Subquery:
+    """The link of the newest audit event of the movement the outer query's ``request_field``
+    names (None without one): what the events a service appends under the movement's lock
+    chain to (``qtg.core.chain.heads_known``)."""
+    newest = (
+        MovementEvent.objects.filter(request_id=OuterRef(OuterRef(request_field)))
+        .order_by()
+        .values("request_id")
+        .annotate(newest=Max("pk"))
+        .values("newest")
+    )
+    return Subquery(MovementEvent.objects.filter(pk=Subquery(newest)).values("chain_hash"))
+
+
 def _for_decision(lock: bool, *, pk: Any):
-    newest_event = MovementEvent.objects.filter(request_id=OuterRef("pk")).order_by("-pk")
     open_attention = MovementAttention.objects.filter(
         request_id=OuterRef("pk"), resolved_at__isnull=True
     )
     qs = MovementRequest.objects.select_related(
         "created_by", "reservation", "approval_policy"
     ).annotate(
-        event_head=Subquery(newest_event.values("chain_hash")[:1]),
+        event_head=audit_head("pk"),
         has_open_attention=Exists(open_attention),
     )
     if lock:

@@ -319,6 +319,18 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     return reservation
 
 
+def _move(reservation: Reservation, outcome: str, now: Any) -> str:
+    """HELD -> ``outcome`` (CONSUMED, or RELEASED) on the instance, settled ``now``; returns
+    the state it left. The caller saves it and records the event."""
+    old_state = reservation.state
+    if outcome == ReservationState.CONSUMED:
+        reservation.consume()
+    else:
+        reservation.release()
+    reservation.settled_at = now
+    return old_state
+
+
 def _apply(
     reservation: Reservation,
     *,
@@ -328,12 +340,7 @@ def _apply(
     request_state: str,
     detail: dict[str, Any] | None = None,
 ) -> Reservation:
-    old_state = reservation.state
-    if outcome == ReservationState.CONSUMED:
-        reservation.consume()
-    else:
-        reservation.release()
-    reservation.settled_at = timezone.now()
+    old_state = _move(reservation, outcome, timezone.now())
     reservation.save(update_fields=["state", "settled_at", "updated_at"])
     _record(
         reservation,
@@ -390,12 +397,8 @@ def _settle_all(settlements: list[_Settlement]) -> dict[Any, Reservation]:
         settlement = by_request[reservation.request_id]
         if reservation.state != ReservationState.HELD:
             continue  # nothing held (refused, or already settled): idempotent no-op
-        old_state = reservation.state
-        if settlement.outcome == ReservationState.CONSUMED:
-            reservation.consume()
-        else:
-            reservation.release()
-        reservation.settled_at = reservation.updated_at = now
+        old_state = _move(reservation, settlement.outcome, now)
+        reservation.updated_at = now  # bulk_update does not run auto_now
         settled.append(reservation)
         events.append(
             _event(

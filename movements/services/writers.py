@@ -84,7 +84,10 @@ def after_writes_together(
     group = next((h for h in pending if isinstance(h, _HookGroup) and h.fn is fn), None)
     if group is None:
         group = _HookGroup(fn)
-        pending.insert(0, group) if first else pending.append(group)
+        if first:
+            pending.insert(0, group)
+        else:
+            pending.append(group)
     group.items.append(item)
 
 

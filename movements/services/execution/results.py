@@ -22,12 +22,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import OuterRef
 from django.utils import timezone
 
 from movements import ports
 from movements.models import AttentionReason, MovementEvent, MovementRequest, MovementRequestNode
-from movements.selectors import rows_held, with_rows_for_payload
+from movements.selectors import audit_head, rows_held, with_rows_for_payload
 from movements.services.attention import attention_raise
 from movements.services.execution.claims import Claim, worker_actor
 from movements.services.execution.outcomes import (
@@ -91,21 +91,13 @@ def _lock_nodes(*, requests: list[Any]):
     # number of its newest callback event, read after the movement's lock was taken: what the
     # events written under that lock chain to (``heads_known``) and are numbered after
     # (``sequences_known``), without queries of their own.
-    newest = (
-        MovementEvent.objects.filter(request_id=OuterRef(OuterRef("request_id")))
-        .order_by()
-        .values("request_id")
-        .annotate(newest=Max("pk"))
-        .values("newest")
-    )
-    head = MovementEvent.objects.filter(pk=Subquery(newest)).values("chain_hash")
     return (
         MovementRequestNode.objects.current()
         .filter(request_id__in=requests)
         .select_related("plan_node")
         .select_for_update(of=("self",), no_key=True)
         .annotate(
-            audit_head=Subquery(head),
+            audit_head=audit_head("request_id"),
             last_event_sequence=ports.callbacks().last_sequence(OuterRef("request_id")),
         )
         .order_by("request_id", "plan_node__position", "pk")
