@@ -14,14 +14,18 @@ times, interleaved so that machine noise falls on every figure alike:
 - the lane through real worker processes: 1, then ``--workers``, Celery workers started with the
   Procfile's ``worker`` line, Celery beat sending the real sweeps through a real broker
   (``QTG_BENCH_BROKER_URL``, default Redis db 12, a fresh queue per run); node transitions/s
-  from the first to the last node transition the workers wrote, and the scaling factor.
+  from the first to the last node transition the workers wrote, and the scaling factor;
+- the same ``--workers`` workers while this process approves the movements as fast as it can:
+  the peak of the workload the latency run offers (approving and executing on one machine).
 
 Every figure is printed as min / median / max over the repeats, with its target beside it.
-Then, with ``--workers`` workers running, movements are approved through the services (an
-operator's approve) at the rate that makes half the measured peak of node transitions, and it
-prints p50 / p95 / p99 of each approve and of a node transition: from the claim of an action
-node (READY -> PREPARING) to its submit's result written (SUBMITTED, or FAILED / UNKNOWN /
-READY), read from the audit events.
+Then, with ``--workers`` workers running (and beat leading: the start-up's backlog is not the
+steady state), movements are approved through the services (an operator's approve) at the rate
+that makes half a measured peak of node transitions: of the peak approving meanwhile (half
+the machine's capacity for that workload), then of the peak with nobody approving (which the
+approvals' CPU comes on top of); each prints p50 / p95 / p99 of each approve and of a node
+transition: from the claim of an action node (READY -> PREPARING) to its submit's result
+written (SUBMITTED, or FAILED / UNKNOWN / READY), read from the audit events.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/qtg python bench/throughput.py \
         --movements 150 --workers 2 --repeat 3
@@ -449,6 +453,18 @@ class Deployment:
                     raise BenchCheckFailed(f"worker {i} did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.2)
 
+    def wait_leading(self, timeout: float = 60) -> None:
+        """Until beat leads and has sent its first sweeps: work offered before then waits for
+        beat's start-up (about 2 s), and its backlog is a start-up's, not the steady state's."""
+        deadline = time.monotonic() + timeout
+        log = self.tmp / "beat.log"
+        while "leads: sending sweeps" not in log.read_text():
+            if self.beat.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise BenchCheckFailed(f"beat did not lead: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        time.sleep(2 * float(TICK_SECONDS))
+
     def wait_done(self, requests: list[MovementRequest], timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while unfinished(requests):
@@ -521,9 +537,29 @@ def run_workers(count: int, n: int, label: str) -> dict:
     return {"rate": rate, "node_transitions": transitions, "busy": deployment.busy}
 
 
+def run_approving(count: int, n: int, label: str) -> dict:
+    """The peak of the workload the latency run offers: ``count`` workers run movements while
+    this process approves them as fast as it can (the approvals' CPU, theirs and the
+    database's, is on the same machine, as it is when the latency is measured)."""
+    _, approver = bench_users()
+    requests = create_movements(n, label)
+    watermark = event_watermark()
+    deployment = Deployment(count)
+    try:
+        deployment.wait_leading()
+        for request in requests:
+            movement_approve(request=request, actor=approver)
+        deployment.wait_done(requests)
+    finally:
+        deployment.stop()
+    transitions, rate = worker_rate(watermark)
+    return {"rate": rate, "node_transitions": transitions}
+
+
 def run_latency(count: int, movements_per_s: float, seconds: float, label: str) -> dict:
     """Approve movements at ``movements_per_s`` through the services while ``count`` workers
-    run them; the latencies of the approves and of the workers' node transitions."""
+    run them (from when beat leads: the steady state, not the start-up's backlog); the
+    latencies of the approves and of the workers' node transitions."""
     _, approver = bench_users()
     n = max(10, int(movements_per_s * seconds))
     requests = create_movements(n, label)
@@ -531,6 +567,7 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
     deployment = Deployment(count)
     approves = []
     try:
+        deployment.wait_leading()
         started, cpu_started = time.perf_counter(), time.process_time()
         for i, request in enumerate(requests):
             wait = started + i / movements_per_s - time.perf_counter()
@@ -707,8 +744,10 @@ def sitting(args, database: str) -> None:
                 add(f"pgbench{clients}", result["rate"])
         one = run_workers(1, n, f"w1-{r}")
         many = run_workers(workers, n, f"wN-{r}")
+        approving = run_approving(workers, n, f"wA-{r}")
         add("w1", one["rate"])
         add("wN", many["rate"])
+        add("wA", approving["rate"])
         add("busy1", statistics.mean(one["busy"]))
         add("busyN", statistics.mean(many["busy"]))
         add("service_ratio", lane["service_rate"] / rows["bare1"][-1])
@@ -718,7 +757,8 @@ def sitting(args, database: str) -> None:
         print(
             f"  repeat {r + 1}: lane {lane['rate']:.0f}/s (service {lane['service_rate']:.0f}/s), "
             f"bare {rows['bare1'][-1]:.0f}/s, 1 worker {one['rate']:.0f}/s, "
-            f"{workers} workers {many['rate']:.0f}/s ({time.perf_counter() - started:.0f} s)",
+            f"{workers} workers {many['rate']:.0f}/s, approving meanwhile "
+            f"{approving['rate']:.0f}/s ({time.perf_counter() - started:.0f} s)",
             flush=True,
         )
     print()
@@ -735,6 +775,10 @@ def sitting(args, database: str) -> None:
     print(f"  statements         {statistics.median(queries):.2f} per node transition (services)")
     print(f"1 worker process     {spread(rows['w1'])}  end to end, beat + broker")
     print(f"{workers} worker processes   {spread(rows['wN'])}")
+    print(
+        f"  approving meanwhile {spread(rows['wA'])}  ({workers} workers while this process "
+        f"approves the movements as fast as it can)"
+    )
     print(
         f"  worker CPU         1 worker busy {spread(rows['busy1'], '{:.0%}')} of the run; each "
         f"of {workers}: {spread(rows['busyN'], '{:.0%}')} (CPU time of the worker process / "
@@ -759,18 +803,30 @@ def sitting(args, database: str) -> None:
         f"(target >= {SCALING_TARGET} median, end to end: {verdict(ok_scaling)}); "
         f"bare SQL {workers} / 1 clients: {bare_scaling:.2f}"
     )
-    latency_at_half(args, statistics.median(rows["wN"]), lane["node_transitions"] / n)
+    per_movement = lane["node_transitions"] / n
+    # The latency run approves as it goes: half of the peak of that same workload (approving
+    # meanwhile) is half the machine's capacity for it; half of the workers' peak measured
+    # with nothing approving is more (the approvals' CPU comes on top), shown beside it.
+    latency_at_half(
+        args, statistics.median(rows["wA"]), per_movement, "measured approving meanwhile"
+    )
+    latency_at_half(
+        args, statistics.median(rows["wN"]), per_movement, "measured with nobody approving"
+    )
 
 
-def latency_at_half(args, peak: float, per_movement: float) -> None:
+def latency_at_half(
+    args, peak: float, per_movement: float, measured: str = "given (--peak)"
+) -> None:
     workers = args.workers
     rate = peak / 2 / per_movement
     print()
     print(
-        f"latency              {workers} workers at half the peak ({peak / 2:.0f} node "
-        f"transitions/s = {rate:.1f} movements/s approved, {args.latency_seconds:.0f} s)"
+        f"latency              {workers} workers at half the peak {measured} "
+        f"({peak / 2:.0f} node transitions/s = {rate:.1f} movements/s approved, "
+        f"{args.latency_seconds:.0f} s)"
     )
-    latency = run_latency(workers, rate, args.latency_seconds, "latency")
+    latency = run_latency(workers, rate, args.latency_seconds, f"latency-{uuid.uuid4().hex[:6]}")
     transitions = [t * 1000 for t in latency["transitions"]]
     approves = [t * 1000 for t in latency["approves"]]
     p99_t, p99_a = percentile(transitions, 0.99), percentile(approves, 0.99)
@@ -795,8 +851,8 @@ def latency_at_half(args, peak: float, per_movement: float) -> None:
     )
     print(
         f"CPU during it        the approving process {latency['approver_busy']:.0%} of a core; "
-        f"each worker {', '.join(f'{b:.0%}' for b in latency['workers_busy'])} (the peak above "
-        f"was measured with nobody approving); load average {os.getloadavg()[0]:.1f}"
+        f"each worker {', '.join(f'{b:.0%}' for b in latency['workers_busy'])}; load average "
+        f"{os.getloadavg()[0]:.1f}"
     )
     claims = latency["claims"]
     if claims:
