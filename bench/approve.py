@@ -214,6 +214,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--movements", type=int, default=200, help="per kind and repeat")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs of each figure")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile --movements one-approver approves"
+    )
     args = parser.parse_args()
     if not settings.DB_IS_POSTGRES:
         raise BenchCheckFailed("the benchmark runs on PostgreSQL: set DATABASE_URL")
@@ -223,9 +226,30 @@ def main() -> None:
     connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{real_name}_approve"
     database = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        sitting(args, database)
+        if args.profile:
+            profile(args.movements)
+        else:
+            sitting(args, database)
     finally:
         connection.creation.destroy_test_db(real_name, verbosity=0)
+
+
+def profile(n: int) -> None:
+    """cProfile ``n`` one-approver approves (after a warm-up); the top of the profile."""
+    import cProfile
+    import pstats
+
+    creator, (first, _) = setup()
+    approve_all(create(creator, 20, "warm", "100.00"), first, "APPROVED")
+    movements = create(creator, n, "profiled", "100.00")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    approve_all(movements, first, "APPROVED")
+    profiler.disable()
+    profiler.dump_stats("/tmp/qtg-approve.prof")
+    stats = pstats.Stats(profiler).sort_stats("cumulative")
+    print(f"{n} approves profiled (/tmp/qtg-approve.prof)")
+    stats.print_stats(45)
 
 
 def sitting(args, database: str) -> None:
