@@ -451,6 +451,58 @@ def describe(worker_class: str, web_workers: int, threads: int) -> str:
     return f"{web_workers} {worker_class} workers{per}"
 
 
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> float:
+    """CPU seconds the whole machine has spent busy (not idle nor waiting on I/O) so far."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuUse:
+    """Where the CPU of a scenario went: the web server's processes (master and workers),
+    this load generator, and the rest of the machine (the database, mostly), in seconds."""
+
+    def __init__(self, server: "Server") -> None:
+        self.server = server
+
+    def _web(self) -> float:
+        master = self.server.process.pid
+        children = subprocess.run(
+            ["pgrep", "-P", str(master)], capture_output=True, text=True
+        ).stdout.split()
+        return sum(_process_cpu(pid) for pid in [master, *map(int, children)])
+
+    def __enter__(self) -> "CpuUse":
+        self.started = (self._web(), time.process_time(), _machine_busy(), time.monotonic())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        web, client, machine, wall = self.started
+        self.web = self._web() - web
+        self.client = time.process_time() - client
+        self.machine = _machine_busy() - machine
+        self.wall = time.monotonic() - wall
+        self.rest = max(0.0, self.machine - self.web - self.client)
+
+    def line(self, creates: int) -> str:
+        per = 1000 / max(1, creates)
+        return (
+            f"CPU per create {self.web * per:.1f} ms in the web server, {self.rest * per:.1f} ms "
+            f"the database and the rest, {self.client * per:.1f} ms this load generator; the "
+            f"machine {self.machine / self.wall / (os.cpu_count() or 1):.0%} busy "
+            f"({os.cpu_count()} cores)"
+        )
+
+
 def load_average() -> str:
     return " ".join(f"{value:.1f}" for value in os.getloadavg())
 
@@ -469,13 +521,16 @@ def run_config(env, database_url, tokens, counts, args, worker_class, web_worker
             for clients in counts:
                 before = count_movements(database_url)
                 tag = f"{label.split()[0]}-{clients}-{uuid.uuid4().hex[:6]}"
-                results = asyncio.run(
-                    run_scenario(server.base, tokens[:clients], assets, args, tag)
-                )
+                with CpuUse(server) as cpu:
+                    results = asyncio.run(
+                        run_scenario(server.base, tokens[:clients], assets, args, tag)
+                    )
                 measured: dict = {}
                 failures += report(
                     label, clients, results, before, count_movements(database_url), measured
                 )
+                # Replays are answered too: their share of the CPU is counted with the creates.
+                print(f"{'':<14} {cpu.line(len(results['creates']))}")
                 key = (worker_class, web_workers, label, clients)
                 figures.setdefault(key, []).append(measured)
                 analyze(database_url)
