@@ -31,6 +31,8 @@ from celery.beat import PersistentScheduler
 from django.apps import apps
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
+from kombu.exceptions import ChannelError
+from kombu.transport import virtual
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +156,12 @@ class LeaderScheduler(PersistentScheduler):
             if self._depth_channel is None:
                 self._depth_channel = self.producer.connection.channel()
             return int(self._depth_channel.queue_declare(queue=queue, passive=True)[1])
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, ChannelError) and isinstance(self._depth_channel, virtual.Channel):
+                # Redis keeps no empty queue (a list without items is no key), so its passive
+                # declare says an empty queue does not exist; the channel is as good as before
+                # (only AMQP closes it). Reopening it took a new connection at every reading.
+                return 0
             logger.debug("beat: the depth of %s could not be read", queue, exc_info=True)
             channel, self._depth_channel = self._depth_channel, None
             if channel is not None:

@@ -191,6 +191,39 @@ def test_beat_sends_no_copy_of_a_sweep_still_waiting_in_a_queue_its_workers_are_
         scheduler.producer.connection.release()
 
 
+def test_beat_reads_an_empty_queue_as_none_waiting_on_the_channel_it_has(broker_queues):
+    # Redis keeps no empty queue, and its passive declare says an empty queue does not exist:
+    # beat took that for a broken channel and opened a new channel (a new connection and a
+    # PING) at every reading, several times a tick, while the workers kept up.
+    app, base, waiting = broker_queues
+    scheduler = leader.LeaderScheduler(app=app, lazy=True)
+    venues = f"{base}.venues"
+    dispatch = scheduler.Entry(
+        name="dispatch",
+        task="movements.dispatch_ready",
+        schedule=1.0,
+        options={"expires": 60.0},
+        app=app,
+    )
+    try:
+        scheduler.apply_entry(dispatch, producer=scheduler.producer)  # the queue is declared
+        assert waiting(venues) == ["movements.dispatch_ready"]  # and empty again
+        assert scheduler._read_depth(venues) == 0
+        channel = scheduler._depth_channel
+        assert channel is not None
+        for _ in range(3):
+            assert scheduler._read_depth(venues) == 0
+        assert scheduler._depth_channel is channel
+        scheduler.apply_entry(dispatch, producer=scheduler.producer)
+        deadline = time.monotonic() + 5  # RabbitMQ counts a message a moment after it came
+        while scheduler._read_depth(venues) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert scheduler._read_depth(venues) == 1
+        assert scheduler._depth_channel is channel
+    finally:
+        scheduler.producer.connection.release()
+
+
 @pytest.mark.django_db
 def test_the_leading_beat_writes_its_lease_a_few_times_per_lease_not_per_message(monkeypatch):
     # Beat calls tick() once per message it sends; each renewal is a commit (a WAL flush on
