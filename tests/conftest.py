@@ -5,6 +5,8 @@ import os
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from movements.services import movement_approve, movement_create
 from qtg.core.actors import Actor
@@ -29,6 +31,15 @@ ALL_MOVEMENT_PERMS = [
 
 
 TEST_VENUES = ("a", "b", "venue-a", "venue-b", "venue-x", "venue-y", "wallet-9")
+
+
+# The property tests' examples are the same everywhere; how fast a draw or an example runs is
+# the machine's (4 test processes on 2 cores, beside CI's other run): a slow draw failed the
+# "too slow" health check there (1.8 s for two draws) while every example passed.
+hypothesis_settings.register_profile(
+    "qtg", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+hypothesis_settings.load_profile("qtg")
 
 
 def pytest_configure(config):
