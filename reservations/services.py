@@ -57,9 +57,7 @@ DEMO_HARDCAPS: dict[str, tuple[Decimal, Decimal]] = {
 
 
 def _reserved_sum(cap: Hardcap, *, states: tuple[str, ...], since=None) -> Decimal:
-    qs = Reservation.objects.filter(asset=cap.asset, state__in=states)
-    if cap.source:
-        qs = qs.filter(source=cap.source)
+    qs = Reservation.objects.filter(_scope(cap.asset, cap.source), state__in=states)
     if since is not None:
         qs = qs.filter(held_at__gte=since)
     return qs.aggregate(total=Coalesce(Sum("amount"), ZERO))["total"]
@@ -86,8 +84,9 @@ def hardcap_used_24h(*, hardcap: Hardcap, now=None) -> Decimal:
     )
 
 
-def _scope(cap: Hardcap) -> Q:
-    return Q(asset=cap.asset, **({"source": cap.source} if cap.source else {}))
+def _scope(asset: str, source: str) -> Q:
+    """The reservations a cap of ``asset`` covers: from ``source`` only, or from any ("")."""
+    return Q(asset=asset, **({"source": source} if source else {}))
 
 
 def _sum_names(caps: int, client: bool) -> list[str]:
@@ -106,7 +105,7 @@ def _sums_row(
     used; for a ``client``, its holds awaiting approval other than ``request``'s."""
     remaining = iter(sources)
     scope = [
-        Q(asset=asset, **({"source": next(remaining)} if has_source else {}))
+        _scope(asset, next(remaining) if has_source else "")
         for asset, has_source in zip(assets, scoped, strict=True)
     ]
     counting = Q(state=ReservationState.HELD) | Q(
@@ -166,7 +165,9 @@ def _sums_compiled(sources: bool, client: bool) -> Compiled:
 # One statement per (any cap with a source, a client's share checked), compiled once for each
 # sequence of caps (which of them have a source) it meets.
 _SUMS = {
-    (sources, client): _sums_compiled(sources, client) for sources in (0, 1) for client in (0, 1)
+    (sources, client): _sums_compiled(sources, client)
+    for sources in (False, True)
+    for client in (False, True)
 }
 
 
@@ -187,7 +188,7 @@ def _sums(caps: list[Hardcap], now, user_id: Any, request: Any) -> dict[str, Any
         values["sources"] = [cap.source for cap in caps if cap.source]
     if client:
         values.update(user=user_id, request=request.pk)
-    (row,) = _SUMS[(int(any(scoped)), int(client))](scoped, **values)
+    (row,) = _SUMS[(any(scoped), client)](scoped, **values)
     return dict(zip(_sum_names(len(caps), client), row, strict=True))
 
 
