@@ -537,64 +537,67 @@ def run_workers(count: int, n: int, label: str) -> dict:
     return {"rate": rate, "node_transitions": transitions, "busy": deployment.busy}
 
 
-def run_approving(count: int, n: int, label: str) -> dict:
-    """The peak of the workload the latency run offers: ``count`` workers run movements while
-    this process approves them as fast as it can (the approvals' CPU, theirs and the
-    database's, is on the same machine, as it is when the latency is measured)."""
+def approve_while_running(count: int, requests: list, movements_per_s: float | None) -> dict:
+    """Approve ``requests`` through the services (at ``movements_per_s``, or as fast as this
+    process can) while ``count`` workers run them, from when beat leads (the steady state,
+    not the start-up's backlog), until every one is done: each approve's time, the rate
+    offered, and how busy this process and each worker were."""
     _, approver = bench_users()
-    requests = create_movements(n, label)
-    watermark = event_watermark()
-    deployment = Deployment(count)
-    try:
-        deployment.wait_leading()
-        for request in requests:
-            movement_approve(request=request, actor=approver)
-        deployment.wait_done(requests)
-    finally:
-        deployment.stop()
-    transitions, rate = worker_rate(watermark)
-    return {"rate": rate, "node_transitions": transitions}
-
-
-def run_latency(count: int, movements_per_s: float, seconds: float, label: str) -> dict:
-    """Approve movements at ``movements_per_s`` through the services while ``count`` workers
-    run them (from when beat leads: the steady state, not the start-up's backlog); the
-    latencies of the approves and of the workers' node transitions."""
-    _, approver = bench_users()
-    n = max(10, int(movements_per_s * seconds))
-    requests = create_movements(n, label)
-    watermark = event_watermark()
     deployment = Deployment(count)
     approves = []
     try:
         deployment.wait_leading()
         started, cpu_started = time.perf_counter(), time.process_time()
         for i, request in enumerate(requests):
-            wait = started + i / movements_per_s - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)
+            if movements_per_s:
+                wait = started + i / movements_per_s - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
             t0 = time.perf_counter()
             movement_approve(request=request, actor=approver)
             approves.append(time.perf_counter() - t0)
         approving = time.perf_counter() - started
-        offered = n / approving
         approver_busy = (time.process_time() - cpu_started) / approving
         deployment.wait_done(requests)
     finally:
         deployment.stop()
+    return {
+        "approves": approves,
+        "offered": len(requests) / approving,
+        "approver_busy": approver_busy,
+        "workers_busy": deployment.busy,
+    }
+
+
+def run_approving(count: int, n: int, label: str) -> dict:
+    """The peak of the workload the latency run offers: ``count`` workers run movements while
+    this process approves them as fast as it can (the approvals' CPU, theirs and the
+    database's, is on the same machine, as it is when the latency is measured)."""
+    requests = create_movements(n, label)
+    watermark = event_watermark()
+    approve_while_running(count, requests, None)
+    transitions, rate = worker_rate(watermark)
+    return {"rate": rate, "node_transitions": transitions}
+
+
+def run_latency(count: int, movements_per_s: float, seconds: float, label: str) -> dict:
+    """Approve movements at ``movements_per_s`` while ``count`` workers run them
+    (``approve_while_running``); the latencies of the approves and of the workers' node
+    transitions."""
+    n = max(10, int(movements_per_s * seconds))
+    requests = create_movements(n, label)
+    watermark = event_watermark()
+    run = approve_while_running(count, requests, movements_per_s)
     halves = claim_to_result(watermark)
     transitions = halves.pop("total")
     if len(transitions) < n:
         raise BenchCheckFailed(f"{len(transitions)} dispatches measured for {n} movements")
     return {
-        "approves": approves,
+        **run,
         "transitions": transitions,
         "halves": halves,
-        "offered": offered,
         "n": n,
         "claims": claim_sizes_seen(watermark),
-        "approver_busy": approver_busy,
-        "workers_busy": deployment.busy,
     }
 
 
