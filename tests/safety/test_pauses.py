@@ -111,8 +111,10 @@ def test_a_worker_paused_inside_submit_past_its_lease_pays_once_and_completes(cl
         # evidence, not applied.
         assert len(_withdrawals_of(fenced)) == 1
         assert MovementEvent.objects.filter(request=movement, detail__late_result="submit").exists()
-    # Else a loaded machine reaped and asked so late that the request woke past its validity:
-    # the exchange refused it and a second attempt paid (the next test's case).
+    else:
+        # A loaded machine reaped and asked so late that the request woke past its validity:
+        # the exchange refused it and a second attempt paid (the next test's case).
+        assert _withdrawals_of(fenced) == []
 
 
 def test_a_request_that_woke_past_its_validity_is_refused_and_a_new_attempt_pays_once(
