@@ -1,8 +1,9 @@
 """Celery tasks: thin wrappers over ``movements.services.execution`` and the lifecycle.
 
 Beat sends each periodic task once per tick. The sweeps claim work with SKIP LOCKED, so any
-number of them may run at once on any number of workers: when more is due than one sweep
-handles, the tick fans out extra sweeps (``fanout=False``) for the other workers to pick up.
+number of them may run at once on any number of workers: when more is due than one sweep's
+first claim takes, the tick fans out extra sweeps (``fanout=False``) for the other workers to
+pick up (``extra_sweeps``).
 """
 
 import logging
@@ -22,12 +23,23 @@ logger = logging.getLogger(__name__)
 TIME_LIMITS = {"soft_time_limit": 240, "time_limit": 300}
 
 
+def extra_sweeps(due: int) -> int:
+    """How many sweeps of a phase to send beside the one running when ``due`` nodes are due:
+    one for each further first claim's worth (a sweep starts with a claim of
+    ``QTG_CLAIM_BATCH_MIN`` nodes, or of its limit if smaller), at most
+    ``QTG_SWEEP_FANOUT - 1``. What the running sweep's first claim takes whole sends none:
+    another sweep would find nothing and cost a worker a task, a reaping and an empty claim."""
+    first = max(
+        1,
+        min(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH, settings.QTG_DISPATCH_BATCH),
+    )
+    return max(0, min(settings.QTG_SWEEP_FANOUT - 1, math.ceil(due / first) - 1))
+
+
 def _fan_out(task, phase: str, fanout: bool) -> None:
     if not fanout:
         return
-    batch = settings.QTG_DISPATCH_BATCH
-    extra = min(settings.QTG_SWEEP_FANOUT - 1, math.ceil(execution.due_count(phase=phase) / batch))
-    for _ in range(max(0, extra)):
+    for _ in range(extra_sweeps(execution.due_count(phase=phase))):
         task.apply_async(kwargs={"fanout": False})
 
 

@@ -446,3 +446,36 @@ def test_a_movement_with_one_side_effect_has_its_submit_answers_written_with_the
     if connection.vendor == "postgresql":
         # One result transaction: the movements locked once, their nodes locked once.
         assert len(locking_statements(queries.captured_queries)) == 2
+
+
+def test_a_tick_fans_out_sweeps_only_for_what_the_first_claim_leaves(
+    make_movement, settings, monkeypatch
+):
+    # Each sweep starts with a claim of QTG_CLAIM_BATCH_MIN nodes: a queue that one claim takes
+    # whole needs no other worker, and a sweep sent for it found nothing (a task, a reaping and
+    # an empty claim on another worker at every tick).
+    from movements import tasks
+
+    settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH = 2, 50
+    settings.QTG_DISPATCH_BATCH, settings.QTG_SWEEP_FANOUT = 50, 4
+    sent = []
+    monkeypatch.setattr(tasks.dispatch_ready, "apply_async", lambda **kw: sent.append(kw))
+
+    def fanned_out_with(due: int) -> int:
+        while execution.due_count(phase="dispatch") < due:
+            make_movement(approve=True)
+        sent.clear()
+        tasks._fan_out(tasks.dispatch_ready, "dispatch", True)
+        assert all(kw == {"kwargs": {"fanout": False}} for kw in sent)
+        return len(sent)
+
+    assert fanned_out_with(2) == 0
+    assert fanned_out_with(3) == 1
+    assert fanned_out_with(5) == 2
+    assert fanned_out_with(9) == 3  # at most QTG_SWEEP_FANOUT - 1
+    sent.clear()
+    tasks._fan_out(tasks.dispatch_ready, "dispatch", False)  # a fanned-out sweep sends none
+    assert sent == []
+    # One node per sweep (a sweep's limit below its first claim): one sweep per node due.
+    settings.QTG_DISPATCH_BATCH = 1
+    assert tasks.extra_sweeps(1) == 0 and tasks.extra_sweeps(3) == 2
