@@ -133,9 +133,10 @@ def production_env(database_url: str, var_dir: Path, **extra: str) -> dict[str, 
     return env
 
 
-def setup_data(clients: int) -> None:
+def setup_data(clients: int, profile: int = 0) -> None:
     """In the production profile (a child process): hardcaps, the address book for every
-    asset, one user and token per client. Prints the tokens as JSON."""
+    asset, one user and token per client. Prints the tokens as JSON (or, with ``profile``,
+    profiles that many creates instead)."""
     import django
 
     django.setup()
@@ -170,7 +171,30 @@ def setup_data(clients: int) -> None:
         tokens.append(api_token_mint(user=user, actor_label="bench/api_load.py").key)
     counter_user = User.objects.create_user("bench-counter")
     token = api_token_mint(user=counter_user, actor_label="bench/api_load.py").key
+    if profile:
+        profile_creates(token, profile)
+        return
     print(json.dumps({"tokens": tokens, "statements": statements_per_create(token)}))
+
+
+def post_create(client, key: str, asset: str = "USDC") -> None:
+    """One create through the whole API (Django's test client: no HTTP server)."""
+    response = client.post(
+        "/api/v1/movements/",
+        data=json.dumps(
+            {
+                "template": "cex_to_cex",
+                "asset": asset,
+                "amount": ASSETS[asset],
+                "source": SOURCE,
+                "destination": DESTINATION,
+            }
+        ),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+    if response.status_code != 201:
+        raise BenchCheckFailed(f"a create: {response.status_code} {response.content[:2000]}")
 
 
 def statements_per_create(token: str) -> int:
@@ -191,23 +215,32 @@ def statements_per_create(token: str) -> int:
     for i in range(2):
         count = 0
         with connection.execute_wrapper(counted):
-            response = client.post(
-                "/api/v1/movements/",
-                data=json.dumps(
-                    {
-                        "template": "cex_to_cex",
-                        "asset": "USDC",
-                        "amount": "1.00",
-                        "source": SOURCE,
-                        "destination": DESTINATION,
-                    }
-                ),
-                content_type="application/json",
-                HTTP_IDEMPOTENCY_KEY=f"bench-count-{i}",
-            )
-        if response.status_code != 201:
-            raise BenchCheckFailed(f"counting a create: {response.status_code} {response.content}")
+            post_create(client, f"bench-count-{i}")
     return count
+
+
+def profile_creates(token: str, n: int) -> None:
+    """cProfile ``n`` creates across the assets through the whole API in this process (after
+    a warm-up): CPU per create and the top of the profile, written to /tmp/qtg-create.prof."""
+    import cProfile
+    import pstats
+
+    from django.test import Client
+
+    client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
+    assets = itertools.cycle(ASSETS)
+    for i in range(20):
+        post_create(client, f"bench-warm-{i}", next(assets))
+    profiler = cProfile.Profile()
+    started = time.process_time()
+    profiler.enable()
+    for i in range(n):
+        post_create(client, f"bench-profiled-{i}", next(assets))
+    profiler.disable()
+    cpu = time.process_time() - started
+    profiler.dump_stats("/tmp/qtg-create.prof")
+    print(f"{n} creates profiled (/tmp/qtg-create.prof): {1000 * cpu / n:.1f} ms CPU per create")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(60)
 
 
 def analyze(database_url: str) -> None:
@@ -387,10 +420,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="threads per gthread worker")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved runs of each figure")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--profile", type=int, default=0, help="cProfile this many creates in one process"
+    )
     parser.add_argument("--setup-data", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setup_data is not None:
-        setup_data(args.setup_data)
+        setup_data(args.setup_data, args.profile)
         return
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         raise BenchCheckFailed("the API load runs on PostgreSQL: set DATABASE_URL")
@@ -413,10 +449,14 @@ def main() -> None:
             cwd=ROOT, env=env, check=True, capture_output=True, text=True,
         )  # fmt: skip
         made = subprocess.run(
-            [sys.executable, __file__, "--setup-data", str(max(counts))],
+            [sys.executable, __file__, "--setup-data", str(max(counts)),
+             "--profile", str(args.profile)],
             cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "qtg.settings"},
             capture_output=True, text=True,
         )  # fmt: skip
+        if args.profile:
+            print(made.stdout[-12000:], made.stderr[-3000:])
+            return
         if made.returncode:
             raise BenchCheckFailed(f"setting up the data failed: {made.stderr[-3000:]}")
         setup = json.loads(made.stdout.strip().splitlines()[-1])
