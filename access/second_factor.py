@@ -9,12 +9,16 @@ the admin (it shows the QR code).
 
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth import logout
+from django.contrib.auth import get_user_model, logout
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.shortcuts import redirect
 from django.urls import reverse
 from django_otp import devices_for_user
 from django_otp.admin import OTPAdminAuthenticationForm
+
+from qtg.core.compiled import Compiled
 
 # Every permission that moves money or changes the rules money moves by, and why: the one table
 # (issue 29). With QTG_OTP_REQUIRED on (production), a user holding any of them gives a one-time
@@ -99,6 +103,34 @@ NOT_MONEY_PERMISSIONS: dict[str, str] = {
 }
 
 
+def _money_permission_held(*, user):
+    """A money permission ``user`` holds, their own or a group's (one row at most)."""
+    named = Q()
+    for perm in MONEY_PERMISSIONS:
+        app_label, codename = perm.split(".", 1)
+        named |= Q(content_type__app_label=app_label, codename=codename)
+    return (
+        Permission.objects.filter(named)
+        .filter(Q(user=user) | Q(group__user=user))
+        .order_by()
+        .values_list("pk", flat=True)[:1]
+    )
+
+
+# Every API write asks it of its token's user (``access.permissions``): one statement, where
+# the model backend's has_perm reads all of the user's and their groups' permissions (two).
+_MONEY_PERMISSION_HELD = Compiled(_money_permission_held, user=lambda: get_user_model()._meta.pk)
+
+
+def _holds_money_permission(user) -> bool:
+    if user.is_superuser:
+        return True  # the model backend grants an active superuser every permission
+    if hasattr(user, "_perm_cache"):
+        # Already read for this request (the console asks has_perm again and again).
+        return any(user.has_perm(perm) for perm in MONEY_PERMISSIONS)
+    return bool(list(_MONEY_PERMISSION_HELD(user=user.pk)))
+
+
 def needs_second_factor(user) -> bool:
     """Whether ``user`` may use the console only after giving a one-time code, and mints API
     tokens only with one: they hold a permission of MONEY_PERMISSIONS (superusers hold all)."""
@@ -106,7 +138,7 @@ def needs_second_factor(user) -> bool:
         settings.QTG_OTP_REQUIRED
         and user.is_authenticated
         and user.is_active
-        and any(user.has_perm(perm) for perm in MONEY_PERMISSIONS)
+        and _holds_money_permission(user)
     )
 
 
@@ -157,14 +189,10 @@ class SecondFactorMiddleware:
 
     def __call__(self, request):
         user = getattr(request, "user", None)
+        if user is None or not request.path.startswith(reverse("admin:index")):
+            return self.get_response(request)  # not the console (the API, health, metrics)
         login_url = reverse("admin:login")
-        if (
-            user is not None
-            and request.path.startswith(reverse("admin:index"))
-            and request.path != login_url
-            and needs_second_factor(user)
-            and not user.is_verified()
-        ):
+        if request.path != login_url and needs_second_factor(user) and not user.is_verified():
             logout(request)
             return redirect(f"{login_url}?next={request.path}")
         return self.get_response(request)

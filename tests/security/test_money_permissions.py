@@ -187,3 +187,50 @@ def test_a_permission_that_moves_no_money_needs_no_second_factor(second_factor_r
 
     assert not needs_second_factor(holder)
     assert client.get(reverse("admin:index")).status_code == 200
+
+
+def fresh_member_of(name: str, *perms: str, **fields):
+    """A user who holds ``perms`` only through group ``name``, read again (nothing cached)."""
+    from django.contrib.auth.models import Group, User
+
+    group = Group.objects.create(name=name)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        group.permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    user = User.objects.create_user(f"member-of-{name}", **fields)
+    user.groups.add(group)
+    return User.objects.get(pk=user.pk)
+
+
+def test_a_money_permission_held_through_a_group_is_asked_in_one_statement(
+    second_factor_required, django_assert_num_queries
+):
+    # Every API write asks it of its token's user: one statement, not the model backend's two.
+    member = fresh_member_of("approvers", "movements.approve_movement")
+    with django_assert_num_queries(1):
+        assert needs_second_factor(member)
+    other = fresh_member_of("rejecters", "movements.reject_movement", "axes.delete_accesslog")
+    with django_assert_num_queries(1):
+        assert not needs_second_factor(other)
+    assert member.has_perm("movements.approve_movement")  # the same answer as the backend's
+    assert not any(other.has_perm(perm) for perm in MONEY_PERMISSIONS)
+
+
+def test_who_needs_a_second_factor_asks_nothing_more_of_the_database_than_it_must(
+    second_factor_required, django_assert_num_queries, settings
+):
+    from django.contrib.auth.models import User
+
+    superuser = User.objects.create_superuser("root-ish", "r@qtg.invalid", None)
+    inactive = fresh_member_of("gone", "movements.approve_movement", is_active=False)
+    console = fresh_member_of("console", "movements.retry_node")
+    console.has_perm("movements.reject_movement")  # the console read this request's permissions
+    with django_assert_num_queries(0):
+        assert needs_second_factor(superuser)
+        assert not needs_second_factor(inactive)
+        assert needs_second_factor(console)
+    settings.QTG_OTP_REQUIRED = False
+    with django_assert_num_queries(0):
+        assert not needs_second_factor(superuser)
