@@ -623,6 +623,26 @@ def claim_sizes_seen(watermark: int) -> list[int]:
     return sizes
 
 
+def action_places_in_claims(watermark: int) -> dict[int, int]:
+    """Per claim event of an action node: how many action nodes of the same claim were
+    claimed before it, and so run before it (claims told apart as in ``claim_sizes_seen``)."""
+    rows = (
+        node_transitions_since(watermark)
+        .filter(node__kind="ACTION", old_state="READY", new_state="PREPARING")
+        .order_by("pk")
+        .values_list("pk", "actor_id", "created_at")
+    )
+    places: dict[int, int] = {}
+    last: dict[str, Any] = {}
+    place: dict[str, int] = {}
+    for pk, actor, at in rows:
+        same = actor in last and (at - last[actor]).total_seconds() < 0.005
+        place[actor] = place[actor] + 1 if same else 0
+        last[actor] = at
+        places[pk] = place[actor]
+    return places
+
+
 def claim_to_result(watermark: int) -> dict[str, list[float]]:
     """Per dispatch of an action node: its claim (READY -> PREPARING) to the result of its
     submit written (the node's next event that leaves PREPARING/SUBMITTING), and the two
@@ -634,25 +654,31 @@ def claim_to_result(watermark: int) -> dict[str, list[float]]:
         node_transitions_since(watermark)
         .filter(node__kind="ACTION")
         .order_by("node_id", "pk")
-        .values_list("node_id", "old_state", "new_state", "created_at")
+        .values_list("pk", "node_id", "old_state", "new_state", "created_at")
     )
     latencies: dict[str, list[float]] = {
         "total": [],
         "to_submitting": [],
         "to_result": [],
         "from_ready": [],
+        "first_in_claim": [],
+        "behind_others": [],
     }
-    claimed, submitting, ready = {}, {}, {}
-    for node_id, old, new, at in rows:
+    places = action_places_in_claims(watermark)
+    claimed, submitting, ready, behind = {}, {}, {}, {}
+    for pk, node_id, old, new, at in rows:
         if new == "READY":
             ready[node_id] = at
         elif old == "READY" and new == "PREPARING":
             claimed[node_id] = at
+            behind[node_id] = places.get(pk, 0) > 0
         elif node_id in claimed and new == "SUBMITTING":
             submitting[node_id] = at
             latencies["to_submitting"].append((at - claimed[node_id]).total_seconds())
         elif node_id in claimed and new != "PREPARING":
-            latencies["total"].append((at - claimed.pop(node_id)).total_seconds())
+            total = (at - claimed.pop(node_id)).total_seconds()
+            latencies["total"].append(total)
+            latencies["behind_others" if behind.pop(node_id) else "first_in_claim"].append(total)
             if node_id in ready:
                 latencies["from_ready"].append((at - ready.pop(node_id)).total_seconds())
             if node_id in submitting:
@@ -854,12 +880,15 @@ def latency_at_half(
         ("to_submitting", "claim to SUBMITTING"),
         ("to_result", "SUBMITTING on"),
         ("from_ready", "READY to result"),
+        ("first_in_claim", "first of its claim"),
+        ("behind_others", "behind others"),
     ):
         half = [t * 1000 for t in latency["halves"][name]]
         if half:
             print(
                 f"  {label:<20}p50 {percentile(half, 0.5):.1f} ms  p95 "
-                f"{percentile(half, 0.95):.1f} ms  p99 {percentile(half, 0.99):.1f} ms"
+                f"{percentile(half, 0.95):.1f} ms  p99 {percentile(half, 0.99):.1f} ms  "
+                f"({len(half)})"
             )
     print(
         f"operator approve     p50 {percentile(approves, 0.5):.1f} ms  p95 "
