@@ -23,23 +23,30 @@ logger = logging.getLogger(__name__)
 TIME_LIMITS = {"soft_time_limit": 240, "time_limit": 300}
 
 
-def extra_sweeps(due: int) -> int:
-    """How many sweeps of a phase to send beside the one running when ``due`` nodes are due:
-    one for each further first claim's worth (a sweep starts with a claim of
-    ``QTG_CLAIM_BATCH_MIN`` nodes, or of its limit if smaller), at most
-    ``QTG_SWEEP_FANOUT - 1``. What the running sweep's first claim takes whole sends none:
-    another sweep would find nothing and cost a worker a task, a reaping and an empty claim."""
+def extra_sweeps(due: int, actions: int = 0) -> int:
+    """How many sweeps of a phase to send beside the one running when ``due`` nodes are due,
+    ``actions`` of them action nodes that a first claim takes at most
+    ``QTG_CLAIM_FIRST_ACTIONS`` of (dispatch): one for each further first claim's worth (a
+    sweep starts with a claim of ``QTG_CLAIM_BATCH_MIN`` nodes, or of its limit if smaller),
+    and at least one for each further first claim's share of the action nodes, so an idle
+    worker takes each at once; at most ``QTG_SWEEP_FANOUT - 1``. What the running sweep's
+    first claim takes whole sends none: another sweep would find nothing and cost a worker a
+    task, a reaping and an empty claim."""
     first = max(
         1,
         min(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH, settings.QTG_DISPATCH_BATCH),
     )
-    return max(0, min(settings.QTG_SWEEP_FANOUT - 1, math.ceil(due / first) - 1))
+    needed = math.ceil(due / first)
+    if actions and settings.QTG_CLAIM_FIRST_ACTIONS > 0:
+        needed = max(needed, math.ceil(actions / settings.QTG_CLAIM_FIRST_ACTIONS))
+    return max(0, min(settings.QTG_SWEEP_FANOUT - 1, needed - 1))
 
 
 def _fan_out(task, phase: str, fanout: bool) -> None:
     if not fanout:
         return
-    for _ in range(extra_sweeps(execution.due_count(phase=phase))):
+    due, actions = execution.due_counts(phase=phase)
+    for _ in range(extra_sweeps(due, actions if phase == "dispatch" else 0)):
         task.apply_async(kwargs={"fanout": False})
 
 

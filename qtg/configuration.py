@@ -251,6 +251,14 @@ VARIABLES: list[Var] = [
         doc="First claim size of a sweep (doubles while claims come back full).",
     ),
     v(
+        "QTG_CLAIM_FIRST_ACTIONS",
+        "count",
+        "1",
+        section=EXECUTION,
+        doc="Most action nodes a sweep's first claim takes (0: no limit); the tick fans out "
+        "a sweep for each further one due.",
+    ),
+    v(
         "QTG_STUCK_AFTER_SECONDS",
         "seconds",
         "1800",

@@ -324,6 +324,11 @@ QTG_DISPATCH_BATCH = int(env("QTG_DISPATCH_BATCH", "50"))
 # worker's death parks few nodes; large ones while it is long).
 QTG_CLAIM_BATCH = int(env("QTG_CLAIM_BATCH", "50"))
 QTG_CLAIM_BATCH_MIN = int(env("QTG_CLAIM_BATCH_MIN", "8"))
+# A sweep's first claim takes at most this many action nodes (0: no limit); the tick fans out
+# a sweep for each further action node due, so an idle worker takes it at once instead of it
+# waiting in the claim behind another node's venue calls. Later claims of the sweep (a long
+# queue, no worker idle) take any number.
+QTG_CLAIM_FIRST_ACTIONS = int(env("QTG_CLAIM_FIRST_ACTIONS", "1"))
 # A node SUBMITTED, OBSERVING or UNKNOWN longer than this (unless its executor says otherwise)
 # makes its movement need attention: shown in "Needs me", one request_attention callback.
 QTG_STUCK_AFTER_SECONDS = float(env("QTG_STUCK_AFTER_SECONDS", "1800"))

@@ -121,8 +121,9 @@ def test_a_node_is_submitting_only_while_its_own_submit_is_in_flight(make_moveme
         assert node(request, "withdraw").lease_owner == ""
 
 
-def test_one_bad_result_in_a_batch_costs_only_itself(make_movement):
+def test_one_bad_result_in_a_batch_costs_only_itself(make_movement, settings):
     good, bad = make_movement(approve=True), make_movement(approve=True)
+    settings.QTG_CLAIM_FIRST_ACTIONS = 0  # the withdraws in one claim
     execution.dispatch_ready_nodes(owner="w1", limit=2)  # both withdraws, nothing else yet
     claims = execution.claim_ready_nodes(owner="w1", limit=10)
     by_request = {claim.request_id: claim for claim in claims}
@@ -254,6 +255,7 @@ def test_nodes_waiting_their_turn_in_a_long_batch_keep_their_leases(make_movemen
 def test_a_slow_venue_does_not_hold_back_the_results_already_known(make_movement, settings):
     settings.QTG_RESULT_WRITE_SECONDS = 0.2
     first, second = make_movement(approve=True), make_movement(approve=True)
+    settings.QTG_CLAIM_FIRST_ACTIONS = 0  # the withdraws in one claim
     execution.dispatch_ready_nodes(owner="w1", limit=2)  # both withdraws
     claims = execution.claim_ready_nodes(owner="w1", limit=10)
     by_request = {claim.request_id: claim for claim in claims}
@@ -301,6 +303,7 @@ def test_a_small_batch_writes_each_answer_as_it_comes(make_movement, settings):
 def test_fast_answers_of_a_large_batch_are_written_together(make_movement, settings):
     settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 2
     settings.QTG_CLAIM_BATCH_MIN = 10  # the three withdraws in one claim
+    settings.QTG_CLAIM_FIRST_ACTIONS = 0
     requests = [make_movement(approve=True) for _ in range(3)]
     execution.dispatch_ready_nodes(owner="w1", limit=3)
     claims = execution.claim_ready_nodes(owner="w1", limit=10)
@@ -327,6 +330,7 @@ def test_a_sweeps_answers_are_held_for_one_write_at_most_result_write_seconds(
     settings.QTG_RESULT_WRITE_AT_ONCE_BELOW = 2
     settings.QTG_RESULT_WRITE_SECONDS = write_seconds
     settings.QTG_CLAIM_BATCH_MIN = 10
+    settings.QTG_CLAIM_FIRST_ACTIONS = 0
     requests = [make_movement(approve=True) for _ in range(3)]
     execution.dispatch_ready_nodes(owner="w1", limit=3)
     seen = []
@@ -458,6 +462,7 @@ def test_a_tick_fans_out_sweeps_only_for_what_the_first_claim_leaves(
 
     settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH = 2, 50
     settings.QTG_DISPATCH_BATCH, settings.QTG_SWEEP_FANOUT = 50, 4
+    settings.QTG_CLAIM_FIRST_ACTIONS = 0  # first claims of any number of action nodes
     sent = []
     monkeypatch.setattr(tasks.dispatch_ready, "apply_async", lambda **kw: sent.append(kw))
 
@@ -479,3 +484,75 @@ def test_a_tick_fans_out_sweeps_only_for_what_the_first_claim_leaves(
     # One node per sweep (a sweep's limit below its first claim): one sweep per node due.
     settings.QTG_DISPATCH_BATCH = 1
     assert tasks.extra_sweeps(1) == 0 and tasks.extra_sweeps(3) == 2
+
+
+def test_a_tick_fans_out_a_sweep_for_each_action_node_its_first_claim_leaves(
+    make_movement, settings, monkeypatch
+):
+    # A first claim takes one action node: each other one due gets a sweep of its own, run at
+    # once by an idle worker instead of waiting behind the first one's venue calls.
+    from movements import tasks
+
+    settings.QTG_CLAIM_BATCH_MIN, settings.QTG_SWEEP_FANOUT = 8, 4
+    settings.QTG_CLAIM_FIRST_ACTIONS = 1
+    sent = []
+    monkeypatch.setattr(tasks.dispatch_ready, "apply_async", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(tasks.observe_submitted, "apply_async", lambda **kw: sent.append(kw))
+
+    def fanned_out(task, phase: str) -> int:
+        sent.clear()
+        tasks._fan_out(task, phase, True)
+        return len(sent)
+
+    make_movement(approve=True)
+    assert execution.due_counts(phase="dispatch") == (1, 1)
+    assert fanned_out(tasks.dispatch_ready, "dispatch") == 0
+    make_movement(approve=True)
+    make_movement(approve=True)
+    assert execution.due_counts(phase="dispatch") == (3, 3)
+    assert fanned_out(tasks.dispatch_ready, "dispatch") == 2
+    assert tasks.extra_sweeps(9, 9) == 3  # at most QTG_SWEEP_FANOUT - 1
+    assert tasks.extra_sweeps(6, 0) == 0  # observe nodes only: one first claim takes them
+    settings.QTG_CLAIM_FIRST_ACTIONS = 2
+    assert tasks.extra_sweeps(3, 3) == 1
+
+
+def test_a_sweeps_first_claim_takes_one_action_node_and_its_next_claim_the_others(
+    make_movement, settings, monkeypatch
+):
+    # With no other worker to take them, the sweep's own next claim does (no action node is
+    # left for the next tick).
+    settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_FIRST_ACTIONS = 8, 1
+    requests = [make_movement(approve=True) for _ in range(3)]
+    original = sweeps_module().claim_ready_nodes
+    sizes: list[tuple[list[str], int | None]] = []
+
+    def recording(**kwargs):
+        claims = original(**kwargs)
+        sizes.append(([claim.kind for claim in claims], kwargs.get("actions")))
+        return claims
+
+    monkeypatch.setattr(sweeps_module(), "claim_ready_nodes", recording)
+    execution.dispatch_ready_nodes(owner="w1", limit=50)
+
+    assert sizes[0] == (["ACTION"], 1)
+    assert sizes[1][0].count("ACTION") == 2 and sizes[1][1] is None
+    for request in requests:
+        assert node(request, "withdraw").node_state not in (NodeState.READY, NodeState.PREPARING)
+
+
+def test_a_claim_of_one_action_node_leaves_the_others_unlocked_for_another_worker(
+    make_movement,
+):
+    requests = [make_movement(approve=True) for _ in range(3)]
+    first = execution.claim_ready_nodes(owner="w1", limit=8, actions=1)
+    assert [claim.kind for claim in first] == ["ACTION"]
+    rest = execution.claim_ready_nodes(owner="w2", limit=8)
+    assert len(rest) == 2
+    assert {c.request_id for c in first + rest} == {r.pk for r in requests}
+
+
+def sweeps_module():
+    from movements.services.execution import sweeps
+
+    return sweeps

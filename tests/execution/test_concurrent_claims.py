@@ -115,3 +115,27 @@ def test_a_node_enters_submitting_while_an_operator_holds_its_movement_and_sees_
     assert seen and seen[0] in {"SUBMITTING", "COMPLETED"}
     node = MovementRequestNode.objects.get(pk=claim.node_id)
     assert node.node_state == "COMPLETED"
+
+
+def test_while_a_first_claim_of_one_action_node_is_open_another_worker_claims_the_next(
+    make_movement,
+):
+    # The first claim locks only what it claims: a claim of the others' in the same moment
+    # (the fanned-out sweep on an idle worker) finds them, not rows locked and left unclaimed.
+    requests = [make_movement(approve=True) for _ in range(3)]
+    errors: list[BaseException] = []
+    taken: list = []
+
+    @own_connection(errors)
+    def other_worker() -> None:
+        taken.extend(execution.claim_ready_nodes(owner="w2", limit=8))
+
+    with transaction.atomic():
+        first = execution.claim_ready_nodes(owner="w1", limit=8, actions=1)
+        thread = threading.Thread(target=other_worker)
+        thread.start()
+        thread.join(timeout=30)
+
+    assert errors == []
+    assert len(first) == 1 and len(taken) == 2
+    assert {c.request_id for c in first + taken} == {r.pk for r in requests}

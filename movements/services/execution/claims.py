@@ -129,13 +129,18 @@ def other_side_effect() -> Exists:
     )
 
 
-def _claimable(states: tuple, request_states: tuple, limit: int, *, now: Any):
+def _claimable(
+    states: tuple, request_states: tuple, limit: int, actions: bool | None = None, *, now: Any
+):
     qs = (
         MovementRequestNode.objects.current()
         .filter(node_state__in=states, request__request_state__in=request_states)
         .filter(due(now), lease_free(now))
         .exclude(kind=NodeKind.MANUAL_GATE)
     )
+    if actions is not None:
+        # Only the action nodes, or only the others (``claim_ready_nodes``' first claim).
+        qs = qs.filter(kind=NodeKind.ACTION) if actions else qs.exclude(kind=NodeKind.ACTION)
     if NS.READY in states:
         qs = qs.filter(Q(has_side_effect=False) | ~failed_sibling()).annotate(
             shares_side_effects=other_side_effect()
@@ -320,10 +325,21 @@ def _make_claims(nodes: list[MovementRequestNode], owner: str) -> list[Claim]:
     ]
 
 
-def _lock_batch(states: tuple, request_states: tuple, as_of: Any, limit: int) -> list:
-    """Lock up to ``limit`` due nodes (and their requests) in one statement. Nodes of the same
-    request share one request instance, so a request transition is seen by all of them."""
-    nodes = _CLAIMABLE(states, request_states, max(1, limit), now=as_of or timezone.now())
+def _lock_batch(
+    states: tuple, request_states: tuple, as_of: Any, limit: int, actions: int | None = None
+) -> list:
+    """Lock up to ``limit`` due nodes (and their requests) in one statement, or, with
+    ``actions``, up to that many action nodes in one and the rest of ``limit`` in other nodes
+    in a second: nothing is locked that is not claimed, so another worker's claim meanwhile
+    finds the action nodes left. Nodes of the same request share one request instance, so a
+    request transition is seen by all of them."""
+    now = as_of or timezone.now()
+    if actions is None:
+        nodes = list(_CLAIMABLE(states, request_states, max(1, limit), now=now))
+    else:
+        nodes = list(_CLAIMABLE(states, request_states, max(1, min(actions, limit)), True, now=now))
+        if limit > len(nodes):
+            nodes += _CLAIMABLE(states, request_states, limit - len(nodes), False, now=now)
     requests: dict[Any, MovementRequest] = {}
     for node in nodes:
         node.request = requests.setdefault(node.request_id, node.request)
@@ -331,12 +347,15 @@ def _lock_batch(states: tuple, request_states: tuple, as_of: Any, limit: int) ->
 
 
 @transaction.atomic
-def claim_ready_nodes(*, owner: str, as_of: Any = None, limit: int = 1) -> list[Claim]:
-    """Claim up to ``limit`` due READY nodes of APPROVED/EXECUTING requests in one transaction:
-    READY -> PREPARING for an action, READY -> OBSERVING for an observe node. The first
-    dispatch of a request moves it APPROVED -> EXECUTING. Manual gates are never dispatched
-    (an operator releases them)."""
-    nodes, unserved = _unserved(_lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit))
+def claim_ready_nodes(
+    *, owner: str, as_of: Any = None, limit: int = 1, actions: int | None = None
+) -> list[Claim]:
+    """Claim up to ``limit`` due READY nodes of APPROVED/EXECUTING requests in one transaction,
+    no more than ``actions`` of them action nodes (None: any number): READY -> PREPARING for
+    an action, READY -> OBSERVING for an observe node. The first dispatch of a request moves
+    it APPROVED -> EXECUTING. Manual gates are never dispatched (an operator releases them)."""
+    locked = _lock_batch((NS.READY,), DISPATCH_REQUEST_STATES, as_of, limit, actions)
+    nodes, unserved = _unserved(locked)
     actor = worker_actor(owner)
     with batch() as writes:
         _fail_unserved(unserved, actor, writes)

@@ -5,7 +5,7 @@ number of workers: each claims with SKIP LOCKED, so no node is processed by two 
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Min
+from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -47,18 +47,29 @@ def claim_sizes(smallest: int, largest: int):
             size = min(size * 2, max(1, largest))
 
 
-def _sweep(claim_batch, run_batch, *, owner: str, limit: int, as_of: Any = None) -> int:
+def _sweep(
+    claim_batch,
+    run_batch,
+    *,
+    owner: str,
+    limit: int,
+    as_of: Any = None,
+    first: dict[str, Any] | None = None,
+) -> int:
     """Claim due nodes a batch at a time (sizes from ``claim_sizes``, up to
-    ``QTG_CLAIM_BATCH``) and run the batch, until none is left or ``limit`` ran. Only what
-    was due when the sweep began counts as due, so a node polled again right away is left for
-    the next sweep. Every sweep first reaps expired leases, so a dead worker's nodes move on
-    whichever worker sweeps next, not only when beat's reaper runs."""
+    ``QTG_CLAIM_BATCH``; the first claim with ``first``'s extra arguments) and run the batch,
+    until none is left or ``limit`` ran. Only what was due when the sweep began counts as
+    due, so a node polled again right away is left for the next sweep. Every sweep first reaps
+    expired leases, so a dead worker's nodes move on whichever worker sweeps next, not only
+    when beat's reaper runs."""
     reap_expired_leases()
     done, as_of = 0, as_of or timezone.now()
     sizes = claim_sizes(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH)
     size = next(sizes)
+    extra = first or {}
     while done < limit:
-        claims = claim_batch(owner=owner, as_of=as_of, limit=min(size, limit - done))
+        claims = claim_batch(owner=owner, as_of=as_of, limit=min(size, limit - done), **extra)
+        extra = {}
         if not claims:
             break
         run_batch(claims)
@@ -73,8 +84,18 @@ def dispatch_one(*, owner: str, as_of: Any = None) -> bool:
 
 
 def dispatch_ready_nodes(*, owner: str | None = None, limit: int = 100) -> int:
-    """Dispatch due READY nodes until none is left (or ``limit``); return how many."""
-    return _sweep(claim_ready_nodes, _run_dispatched, owner=owner or worker_identity(), limit=limit)
+    """Dispatch due READY nodes until none is left (or ``limit``); return how many. The first
+    claim takes at most ``QTG_CLAIM_FIRST_ACTIONS`` action nodes: a short queue's other action
+    nodes are left to the sweeps the tick fanned out for them (``movements.tasks``), run by
+    idle workers meanwhile, or to this sweep's next claim."""
+    actions = settings.QTG_CLAIM_FIRST_ACTIONS
+    return _sweep(
+        claim_ready_nodes,
+        _run_dispatched,
+        owner=owner or worker_identity(),
+        limit=limit,
+        first={"actions": actions} if actions > 0 else None,
+    )
 
 
 def observe_submitted_nodes(*, owner: str | None = None, limit: int = 100) -> int:
@@ -109,6 +130,15 @@ def _due_nodes(phase: str, now: Any) -> Any:
 def due_count(*, phase: str) -> int:
     """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
     return _due_nodes(phase, timezone.now()).count()
+
+
+def due_counts(*, phase: str) -> tuple[int, int]:
+    """How many nodes a sweep of ``phase`` would find now, and how many of them are action
+    nodes (one statement)."""
+    counts = _due_nodes(phase, timezone.now()).aggregate(
+        due=Count("pk"), actions=Count("pk", filter=Q(kind=NodeKind.ACTION))
+    )
+    return counts["due"], counts["actions"]
 
 
 def oldest_due_since(*, now: Any = None) -> Any:
