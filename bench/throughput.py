@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -601,46 +602,48 @@ def run_latency(count: int, movements_per_s: float, seconds: float, label: str) 
     }
 
 
+def claims_apart(rows) -> list[tuple[int, int]]:
+    """For each claim event (``(actor, created_at)``, in the order written): the number of
+    its claim and its place in it (0: first). Approximately: the claim events one worker wrote
+    one after another, less than 5 ms apart, are taken for one claim's."""
+    seen: list[tuple[int, int]] = []
+    last: dict[str, Any] = {}
+    current: dict[str, tuple[int, int]] = {}
+    claims = 0
+    for actor, at in rows:
+        if actor in last and (at - last[actor]).total_seconds() < 0.005:
+            claim, place = current[actor]
+            current[actor] = (claim, place + 1)
+        else:
+            current[actor] = (claims, 0)
+            claims += 1
+        last[actor] = at
+        seen.append(current[actor])
+    return seen
+
+
 def claim_sizes_seen(watermark: int) -> list[int]:
-    """The sizes of the claims the workers made (approximately: the claim events one worker
-    wrote one after another, less than 5 ms apart, are taken for one claim's)."""
+    """The sizes of the claims the workers made (approximately: ``claims_apart``)."""
     rows = (
         node_transitions_since(watermark)
         .filter(old_state="READY", new_state__in=("PREPARING", "OBSERVING"))
         .order_by("pk")
         .values_list("actor_id", "created_at")
     )
-    sizes: list[int] = []
-    last: dict[str, Any] = {}
-    current: dict[str, int] = {}
-    for actor, at in rows:
-        if actor in last and (at - last[actor]).total_seconds() < 0.005:
-            sizes[current[actor]] += 1
-        else:
-            current[actor] = len(sizes)
-            sizes.append(1)
-        last[actor] = at
-    return sizes
+    return list(Counter(claim for claim, _ in claims_apart(rows)).values())
 
 
 def action_places_in_claims(watermark: int) -> dict[int, int]:
     """Per claim event of an action node: how many action nodes of the same claim were
-    claimed before it, and so run before it (claims told apart as in ``claim_sizes_seen``)."""
-    rows = (
+    claimed before it, and so run before it (``claims_apart``)."""
+    rows = list(
         node_transitions_since(watermark)
         .filter(node__kind="ACTION", old_state="READY", new_state="PREPARING")
         .order_by("pk")
         .values_list("pk", "actor_id", "created_at")
     )
-    places: dict[int, int] = {}
-    last: dict[str, Any] = {}
-    place: dict[str, int] = {}
-    for pk, actor, at in rows:
-        same = actor in last and (at - last[actor]).total_seconds() < 0.005
-        place[actor] = place[actor] + 1 if same else 0
-        last[actor] = at
-        places[pk] = place[actor]
-    return places
+    places = claims_apart((actor, at) for _, actor, at in rows)
+    return {pk: place for (pk, _, _), (_, place) in zip(rows, places, strict=True)}
 
 
 def claim_to_result(watermark: int) -> dict[str, list[float]]:

@@ -32,11 +32,7 @@ def extra_sweeps(due: int, actions: int = 0) -> int:
     worker takes each at once; at most ``QTG_SWEEP_FANOUT - 1``. What the running sweep's
     first claim takes whole sends none: another sweep would find nothing and cost a worker a
     task, a reaping and an empty claim."""
-    first = max(
-        1,
-        min(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH, settings.QTG_DISPATCH_BATCH),
-    )
-    needed = math.ceil(due / first)
+    needed = math.ceil(due / max(1, execution.first_claim_size(settings.QTG_DISPATCH_BATCH)))
     if actions and settings.QTG_CLAIM_FIRST_ACTIONS > 0:
         needed = max(needed, math.ceil(actions / settings.QTG_CLAIM_FIRST_ACTIONS))
     return max(0, min(settings.QTG_SWEEP_FANOUT - 1, needed - 1))

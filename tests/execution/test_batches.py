@@ -15,6 +15,7 @@ from django.utils import timezone
 from movements.executors.base import Observation, ObservedStatus
 from movements.models import MovementEvent, MovementRequestNode
 from movements.services import execution, save_fields, set_node_state
+from movements.services.execution import sweeps
 from movements.states import NodeState, RequestState
 from qtg.core.actors import Actor
 from qtg.core.errors import StaleState
@@ -467,7 +468,7 @@ def test_a_tick_fans_out_sweeps_only_for_what_the_first_claim_leaves(
     monkeypatch.setattr(tasks.dispatch_ready, "apply_async", lambda **kw: sent.append(kw))
 
     def fanned_out_with(due: int) -> int:
-        while execution.due_count(phase="dispatch") < due:
+        while execution.due_counts(phase="dispatch")[0] < due:
             make_movement(approve=True)
         sent.clear()
         tasks._fan_out(tasks.dispatch_ready, "dispatch", True)
@@ -524,7 +525,7 @@ def test_a_sweeps_first_claim_takes_one_action_node_and_its_next_claim_the_other
     # left for the next tick).
     settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_FIRST_ACTIONS = 8, 1
     requests = [make_movement(approve=True) for _ in range(3)]
-    original = sweeps_module().claim_ready_nodes
+    original = sweeps.claim_ready_nodes
     sizes: list[tuple[list[str], int | None]] = []
 
     def recording(**kwargs):
@@ -532,7 +533,7 @@ def test_a_sweeps_first_claim_takes_one_action_node_and_its_next_claim_the_other
         sizes.append(([claim.kind for claim in claims], kwargs.get("actions")))
         return claims
 
-    monkeypatch.setattr(sweeps_module(), "claim_ready_nodes", recording)
+    monkeypatch.setattr(sweeps, "claim_ready_nodes", recording)
     execution.dispatch_ready_nodes(owner="w1", limit=50)
 
     assert sizes[0] == (["ACTION"], 1)
@@ -550,9 +551,3 @@ def test_a_claim_of_one_action_node_leaves_the_others_unlocked_for_another_worke
     rest = execution.claim_ready_nodes(owner="w2", limit=8)
     assert len(rest) == 2
     assert {c.request_id for c in first + rest} == {r.pk for r in requests}
-
-
-def sweeps_module():
-    from movements.services.execution import sweeps
-
-    return sweeps

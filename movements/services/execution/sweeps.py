@@ -47,6 +47,11 @@ def claim_sizes(smallest: int, largest: int):
             size = min(size * 2, max(1, largest))
 
 
+def first_claim_size(limit: int) -> int:
+    """How many nodes a sweep of at most ``limit`` nodes claims first (``claim_sizes``)."""
+    return min(next(claim_sizes(settings.QTG_CLAIM_BATCH_MIN, settings.QTG_CLAIM_BATCH)), limit)
+
+
 def _sweep(
     claim_batch,
     run_batch,
@@ -127,14 +132,9 @@ def _due_nodes(phase: str, now: Any) -> Any:
     )
 
 
-def due_count(*, phase: str) -> int:
-    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now."""
-    return _due_nodes(phase, timezone.now()).count()
-
-
 def due_counts(*, phase: str) -> tuple[int, int]:
-    """How many nodes a sweep of ``phase`` would find now, and how many of them are action
-    nodes (one statement)."""
+    """How many nodes a sweep of ``phase`` (dispatch/observe/recover) would find now, and how
+    many of them are action nodes (one statement)."""
     counts = _due_nodes(phase, timezone.now()).aggregate(
         due=Count("pk"), actions=Count("pk", filter=Q(kind=NodeKind.ACTION))
     )
