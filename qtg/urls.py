@@ -30,3 +30,10 @@ urlpatterns = [
     path("health/", health.ready, name="health"),
     path("metrics", metrics_view, name="metrics"),
 ]
+
+# Django's refusals before any view (an unknown Host, an unhandled failure in a middleware):
+# under /api/ a problem document like every other answer, elsewhere Django's own page.
+handler400 = "movements.api.exceptions.bad_request"
+handler403 = "movements.api.exceptions.permission_denied"
+handler404 = "movements.api.exceptions.page_not_found"
+handler500 = "movements.api.exceptions.server_error"

@@ -17,9 +17,11 @@ from http import HTTPStatus
 from typing import Any
 
 import structlog
+from django.core.exceptions import DisallowedHost
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults as django_pages
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -131,6 +133,60 @@ def server_failure_response(exc: BaseException) -> JsonResponse:
     return response
 
 
+# Django's own error pages under /api/, by status: the problem's code and what it says.
+PAGE_PROBLEMS = {
+    400: ("invalid", "the request is malformed"),
+    403: ("permission_denied", "the request is forbidden"),
+    404: ("not_found", "no such endpoint: {path}"),
+    413: ("payload_too_large", "the body is too large"),
+}
+
+
+def page_problem(request: HttpRequest, status_code: int, exception=None) -> JsonResponse:
+    """The problem document in place of Django's error page of ``status_code``."""
+    if status_code >= 500:
+        return server_failure_response(RuntimeError(f"HTTP {status_code}"))
+    code, message = PAGE_PROBLEMS.get(status_code, ("invalid", "the request was refused"))
+    if isinstance(exception, DisallowedHost):
+        message = "the Host header names no host this service answers to"
+    return JsonResponse(
+        error_body(code, message.format(path=request.path), status_code=status_code),
+        status=status_code,
+        content_type=PROBLEM_CONTENT_TYPE,
+    )
+
+
+def _api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+# The root URLconf's error handlers (qtg.urls). Django answers with them what it refuses before
+# any view or middleware of ours can (an unknown or malformed Host, found by CommonMiddleware),
+# and failures outside ApiProblemMiddleware: under /api/ a problem, elsewhere Django's page.
+def bad_request(request: HttpRequest, exception) -> HttpResponse:
+    if _api(request):
+        return page_problem(request, 400, exception)
+    return django_pages.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception) -> HttpResponse:
+    if _api(request):
+        return page_problem(request, 403, exception)
+    return django_pages.permission_denied(request, exception)
+
+
+def page_not_found(request: HttpRequest, exception) -> HttpResponse:
+    if _api(request):
+        return page_problem(request, 404, exception)
+    return django_pages.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _api(request):
+        return page_problem(request, 500)
+    return django_pages.server_error(request)
+
+
 class ApiProblemMiddleware:
     """Under /api/: a failure that escapes a view, and Django's own error pages (an unknown
     path, a 500 from a middleware), answer with a problem document, never HTML."""
@@ -140,24 +196,16 @@ class ApiProblemMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if not request.path.startswith("/api/") or response.status_code < 400:
+        if not _api(request) or response.status_code < 400:
             return response
         if response.get("Content-Type", "").startswith(
             (PROBLEM_CONTENT_TYPE, "application/json", "application/vnd.oai")
         ):
             return response
-        if response.status_code >= 500:
-            return server_failure_response(RuntimeError(f"HTTP {response.status_code}"))
-        code = "not_found" if response.status_code == 404 else "error"
-        message = f"no such endpoint: {request.path}" if code == "not_found" else code
-        return JsonResponse(
-            error_body(code, message, status_code=response.status_code),
-            status=response.status_code,
-            content_type=PROBLEM_CONTENT_TYPE,
-        )
+        return page_problem(request, response.status_code)
 
     def process_exception(self, request, exc):
-        if not request.path.startswith("/api/"):
+        if not _api(request):
             return None
         return server_failure_response(exc)
 

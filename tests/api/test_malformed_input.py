@@ -158,3 +158,26 @@ def test_deep_nesting_is_refused_before_parsing_even_with_a_raised_recursion_lim
         sys.setrecursionlimit(previous)
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("host", ["}h", "evil.example", "a b"])
+def test_a_host_header_the_service_does_not_answer_to_is_a_400_problem(
+    integration_client, created, host
+):
+    """Django refuses an unknown or malformed Host before any view runs (DisallowedHost); under
+    /api/ that refusal is a problem document like every other, not Django's HTML page, and
+    nothing changes."""
+    response = integration_client.post(
+        movement_url(created["id"], "cancel"), {"reason": "x"}, format="json", HTTP_HOST=host
+    )
+
+    body = assert_error(response, 400, "invalid")
+    assert "Host" in body["detail"]
+    assert MovementRequest.objects.get(pk=created["id"]).request_state == created["request_state"]
+
+
+def test_outside_the_api_a_refused_host_keeps_django_s_page(client):
+    response = client.get("/admin/login/", HTTP_HOST="evil.example")
+
+    assert response.status_code == 400
+    assert not response["Content-Type"].startswith("application/problem+json")
