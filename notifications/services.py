@@ -20,7 +20,6 @@ console's queue and the chat channel show the same work whatever they choose.
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -89,35 +88,28 @@ KIND_ACTIONS: dict[str, set[str]] = {
 # --- who is told ---------------------------------------------------------------------------
 
 
-def _candidates(kind: str) -> list[Any]:
-    """Active staff holding a permission the kind needs (superusers included), with an email."""
-    ids: set[Any] = set()
+def _recipients(kind: str):
+    """Active staff with an email holding a permission the kind needs (superusers included),
+    each with their preference (``notification_preference``, joined: None without a row)
+    and groups (prefetched, for ``can_act``)."""
+    people = None
     for perm in KIND_PERMISSIONS[kind]:
-        ids.update(_HOLDING(perm))
-    return _STAFF(users=sorted(ids))
-
-
-def _holding(perm: str):
+        holding = get_user_model().objects.with_perm(
+            perm, is_active=True, include_superusers=True, backend=MODEL_BACKEND
+        )
+        people = holding if people is None else people | holding
     return (
-        get_user_model()
-        .objects.with_perm(perm, is_active=True, include_superusers=True, backend=MODEL_BACKEND)
-        .values_list("pk", flat=True)
-    )
-
-
-def _staff(*, users: list[Any]):
-    return (
-        get_user_model()
-        .objects.filter(pk__in=users, is_staff=True, is_active=True)
+        people.filter(is_staff=True, is_active=True)
         .exclude(email="")
+        .select_related("notification_preference")
         .prefetch_related("groups")
         .order_by("pk")
     )
 
 
-# Every create and approve asks who to tell (``qtg.core.compiled``).
-_HOLDING = Compiled(_holding)
-_STAFF = Compiled(_staff, users=lambda: get_user_model()._meta.pk)
+# Every create and approve asks who to tell (``qtg.core.compiled``): one statement for the
+# people and their preferences, one for their groups.
+_RECIPIENTS = Compiled(_recipients)
 
 
 def can_act(
@@ -140,21 +132,19 @@ def can_act(
         )
     if movement is None:
         return False
-    # The person's groups as read with them (``_candidates``), else from the database.
+    # The person's groups as read with them (``_recipients``), else from the database.
     groups = tuple(sorted(group.name for group in user.groups.all()))
     offered = available_actions(Situation.of(movement, movement.live_nodes, user, groups=groups))
     return bool({action.name for action in offered} & KIND_ACTIONS[kind])
 
 
-def _preferences(users: Iterable[Any]) -> dict[Any, NotificationPreference]:
-    return {
-        p.user_id: p for p in NotificationPreference.objects.filter(user__in=[u.pk for u in users])
-    }
-
-
-def _mode(preferences: dict[Any, NotificationPreference], user: Any, kind: str) -> str:
-    preference = preferences.get(user.pk)
-    return preference.mode(kind) if preference is not None else Mode.IMMEDIATE
+def _mode(user: Any, kind: str) -> str:
+    """How ``user`` (read by ``_recipients``) wants ``kind`` told: at once without a row."""
+    try:
+        preference = user.notification_preference
+    except NotificationPreference.DoesNotExist:
+        return Mode.IMMEDIATE
+    return preference.mode(kind)
 
 
 # --- what is said --------------------------------------------------------------------------
@@ -247,11 +237,10 @@ def _record(
     now = timezone.now()
     people = [
         user
-        for user in _candidates(kind)
+        for user in _RECIPIENTS(kind)
         if (actor.user is None or user.pk != actor.user.pk)
         and can_act(kind, user, movement=movement, proposal=proposal, now=now)
     ]
-    preferences = _preferences(people)
     message = _message(kind, movement, proposal, detail)
     # What every notification of the event says, whoever it goes to.
     said = {
@@ -267,13 +256,13 @@ def _record(
     rows = [
         Notification(
             channel=Channel.EMAIL,
-            mode=_mode(preferences, user, kind),
+            mode=_mode(user, kind),
             recipient=user,
             address=user.email,
             **said,
         )
         for user in people
-        if _mode(preferences, user, kind) != Mode.OFF
+        if _mode(user, kind) != Mode.OFF
     ]
     if settings.QTG_NOTIFY_CHAT_WEBHOOK_URL:
         rows.append(

@@ -335,6 +335,15 @@ def _check_client(
             )
 
 
+def _reservation_of(request: MovementRequest) -> Reservation | None:
+    """The request's reservation: as its service said it is (``reservation_known``: the create
+    knows the movement it just inserted has none), else read."""
+    related = MovementRequest.reservation.related
+    if related.is_cached(request):
+        return related.get_cached_value(request)
+    return Reservation.objects.filter(request=request).first()
+
+
 @transaction.atomic(savepoint=False)
 def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     """Hold the request's amount against its hardcaps; raise ReservationRefused (holding
@@ -344,7 +353,7 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     anything is written, and the caller's transaction (the create's savepoint) decides. The
     caps are locked last and for the fewest statements: after the lock, one aggregate, the
     reservation and its first event; the lock is held until the caller commits."""
-    existing = Reservation.objects.filter(request=request).first()
+    existing = _reservation_of(request)
     if existing is not None:
         return existing
     # Read before the lock: the client's limits are configuration, not the caps' headroom.

@@ -207,13 +207,11 @@ class TemplateKeyField(serializers.CharField):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
-        from movements.api.selectors import route_templates_current
+        from movements.services.templates import route_template_current
 
         if not isinstance(data, str):
             self.fail("invalid")
-        if not re.search(TEMPLATE_KEY_PATTERN, data) or data not in {
-            template.key for template in route_templates_current()
-        }:
+        if not re.search(TEMPLATE_KEY_PATTERN, data) or route_template_current(data) is None:
             self.fail("unknown", input=data)
         return data
 

@@ -51,6 +51,7 @@ from movements.services import (
     movement_create,
     movement_reject,
     movement_withdraw,
+    route_templates_read_once,
 )
 from qtg.core.actors import Actor
 from qtg.core.errors import InvalidInput, NotFound, NotPermitted
@@ -274,21 +275,23 @@ class MovementViewSet(APIDefaults, viewsets.GenericViewSet):
                 details={IDEMPOTENCY_HEADER: ["required" if key is None else "invalid"]},
             )
         key = idempotency_key_value(key)
-        serializer = MovementCreateInputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        expires_in = data.get("expires_in_seconds")
-        movement = movement_create(
-            template=data["template"],
-            asset=data["asset"],
-            amount=data["amount"],
-            source=data["source"],
-            destination=data["destination"],
-            params=data.get("params"),
-            expires_in=timedelta(seconds=expires_in) if expires_in else None,
-            idempotency_key=key,
-            actor=Actor.for_user(request.user),
-        )
+        # The template the key was checked against is the one the create compiles.
+        with route_templates_read_once():
+            serializer = MovementCreateInputSerializer(data=request.data)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
+            expires_in = data.get("expires_in_seconds")
+            movement = movement_create(
+                template=data["template"],
+                asset=data["asset"],
+                amount=data["amount"],
+                source=data["source"],
+                destination=data["destination"],
+                params=data.get("params"),
+                expires_in=timedelta(seconds=expires_in) if expires_in else None,
+                idempotency_key=key,
+                actor=Actor.for_user(request.user),
+            )
         if movement.replayed:
             return Response(
                 self._read(movement.pk),

@@ -30,7 +30,11 @@ from movements.services.progress import (
     start_roots,
 )
 from movements.services.state import record_event, save_fields, set_node_state, set_request_state
-from movements.services.templates import route_template_current, route_templates_sync
+from movements.services.templates import (
+    route_template_current,
+    route_templates_read_once,
+    route_templates_sync,
+)
 
 __all__ = [
     "advance_after_completion",
@@ -55,6 +59,7 @@ __all__ = [
     "refresh_frontier",
     "request_fingerprint",
     "route_template_current",
+    "route_templates_read_once",
     "route_templates_sync",
     "save_fields",
     "set_node_state",

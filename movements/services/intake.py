@@ -387,6 +387,9 @@ def _receive(
                 writer=writer,
             )
             return _created(failed, [])
+    # The batch above recorded the movement's first callback event (request_created, 1) in
+    # this transaction, outside the savepoint below: the next is numbered without a read.
+    ports.callbacks().sequences_known({request.pk: 1})
     try:
         with transaction.atomic():
             nodes.extend(_build_plan(request, plan))

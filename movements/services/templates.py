@@ -1,5 +1,8 @@
 """Route templates: reviewed YAML files in the repository, loaded into versioned rows."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from django.conf import settings
@@ -69,11 +72,32 @@ def route_templates_ensure_loaded() -> None:
         route_templates_sync()
 
 
+_READ_ONCE: ContextVar[dict[str, RouteTemplate] | None] = ContextVar(
+    "qtg_route_templates_read_once", default=None
+)
+
+
+@contextmanager
+def route_templates_read_once() -> Iterator[None]:
+    """Within the block, ``route_template_current`` reads a template once: the API's
+    validation of the key and the create it precedes see the same version with one query."""
+    token = _READ_ONCE.set({})
+    try:
+        yield
+    finally:
+        _READ_ONCE.reset(token)
+
+
 def route_template_current(key: str) -> RouteTemplate | None:
     """The newest active version of a template (the files are loaded on first use)."""
+    read = _READ_ONCE.get()
+    if read is not None and key in read:
+        return read[key]
     newest = RouteTemplate.objects.filter(key=key, is_active=True).order_by("-version")
     template = newest.first()
     if template is None:
         route_templates_ensure_loaded()
         template = newest.first()
+    if read is not None and template is not None:
+        read[key] = template
     return template
