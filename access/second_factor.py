@@ -103,28 +103,34 @@ NOT_MONEY_PERMISSIONS: dict[str, str] = {
 }
 
 
-def _money_permission_held(*, user):
-    """A money permission ``user`` holds, their own or a group's (one row at most)."""
+def money_permissions_of(user):
+    """The money permissions ``user`` holds, their own or a group's (``user``: a pk, or an
+    ``OuterRef`` to one for a query that asks it of the rows it reads)."""
     named = Q()
     for perm in MONEY_PERMISSIONS:
         app_label, codename = perm.split(".", 1)
         named |= Q(content_type__app_label=app_label, codename=codename)
-    return (
-        Permission.objects.filter(named)
-        .filter(Q(user=user) | Q(group__user=user))
-        .order_by()
-        .values_list("pk", flat=True)[:1]
-    )
+    return Permission.objects.filter(named).filter(Q(user=user) | Q(group__user=user)).order_by()
 
 
-# Every API write asks it of its token's user (``access.permissions``): one statement, where
-# the model backend's has_perm reads all of the user's and their groups' permissions (two).
-_MONEY_PERMISSION_HELD = Compiled(_money_permission_held, user=lambda: get_user_model()._meta.pk)
+# Every API write asks it of its token's user (``access.permissions``) unless the token's read
+# brought the answer (``HOLDS_MONEY_PERMISSION``): one statement, where the model backend's
+# has_perm reads all of the user's and their groups' permissions (two).
+_MONEY_PERMISSION_HELD = Compiled(
+    lambda *, user: money_permissions_of(user).values_list("pk", flat=True)[:1],
+    user=lambda: get_user_model()._meta.pk,
+)
+# Set on a user by the read that brought it (``access.services.api_token_lookup``): whether
+# they held a money permission then, for this request.
+HOLDS_MONEY_PERMISSION = "_qtg_holds_money_permission"
 
 
 def _holds_money_permission(user) -> bool:
     if user.is_superuser:
         return True  # the model backend grants an active superuser every permission
+    known = getattr(user, HOLDS_MONEY_PERMISSION, None)
+    if known is not None:
+        return known
     if hasattr(user, "_perm_cache"):
         # Already read for this request (the console asks has_perm again and again).
         return any(user.has_perm(perm) for perm in MONEY_PERMISSIONS)

@@ -8,9 +8,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from access.models import ApiToken, ApiTokenEvent
+from access.second_factor import HOLDS_MONEY_PERMISSION
+from qtg.core.compiled import Compiled
 
 logger = logging.getLogger("qtg.access")
 
@@ -169,12 +172,30 @@ def api_token_revoke(*, token: ApiToken, actor=None, actor_label: str = "") -> A
     return token
 
 
+def _token_by_digest(*, digest: str):
+    """The token with ``digest``, its user, and whether they hold a money permission."""
+    from access.second_factor import money_permissions_of
+
+    return (
+        ApiToken.objects.select_related("user")
+        .annotate(holds_money_permission=Exists(money_permissions_of(OuterRef("user_id"))))
+        .filter(digest=digest)
+    )
+
+
+# Every API request reads it (``qtg.core.compiled``).
+_TOKEN_BY_DIGEST = Compiled(_token_by_digest, digest=lambda: ApiToken._meta.get_field("digest"))
+
+
 def api_token_lookup(key: str) -> ApiToken | None:
     """The usable token of an active user a presented key is, or None (unknown, expired,
     revoked, awaiting its activation, or not what its linked records say it is)."""
-    token = ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
+    found = _TOKEN_BY_DIGEST(digest=token_digest(key))
+    token = found[0] if found else None
     if token is None or not token.is_usable() or not token.user.is_active:
         return None
+    # What the request's permission check asks of a write (``access.second_factor``).
+    setattr(token.user, HOLDS_MONEY_PERMISSION, token.holds_money_permission)
     problem = token_record_problem(token)
     if problem:
         logger.warning("api token %s refused: %s", token.prefix, problem)

@@ -234,3 +234,25 @@ def test_who_needs_a_second_factor_asks_nothing_more_of_the_database_than_it_mus
     settings.QTG_OTP_REQUIRED = False
     with django_assert_num_queries(0):
         assert not needs_second_factor(superuser)
+
+
+def test_the_token_read_brings_whether_its_user_needs_a_second_factor(
+    second_factor_required, django_assert_num_queries
+):
+    # Every API request reads its token: the same statement says whether its user holds a
+    # money permission, so the permission check of a write asks nothing more.
+    from django.utils import timezone
+
+    from access.services import api_token_lookup
+
+    member = fresh_member_of("approvers", "movements.approve_movement")
+    other = fresh_member_of("rejecters", "movements.reject_movement")
+    keys = {
+        user: api_token_mint(user=user, actor=user, second_factor_at=timezone.now()).key
+        for user in (member, other)
+    }
+    for user, expected in ((member, True), (other, False)):
+        token = api_token_lookup(keys[user])
+        with django_assert_num_queries(0):
+            assert needs_second_factor(token.user) is expected
+        assert needs_second_factor(type(user).objects.get(pk=user.pk)) is expected
