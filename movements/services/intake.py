@@ -38,7 +38,6 @@ from movements.services.effects import after_request_created
 from movements.services.state import (
     batch,
     record_event,
-    save_fields,
     set_request_state,
 )
 from movements.services.templates import route_template_current
@@ -289,7 +288,7 @@ def _create(
     actor,
 ) -> MovementRequest:
     now = timezone.now()
-    request = MovementRequest.objects.create(
+    request = MovementRequest(
         template_key=template,
         asset=asset,
         amount=amount,
@@ -303,6 +302,12 @@ def _create(
         created_at=now,
         state_changed_at=now,
     )
+    # Validated before the row is written, so it is written once with its template, plan
+    # params and approval policy: no UPDATE after the INSERT. An amount or a param the venue
+    # refuses is a 400 before anything is written; a template that cannot carry the movement
+    # is recorded (RECEIVED -> FAILED, in ``_receive``).
+    plan = _validated_plan(request)
+    request.save(force_insert=True)
     # The row is this transaction's own (nobody else sees it yet): its audit stream starts
     # here (no head to read), and its callback events show it from what the service holds.
     nodes: list[MovementRequestNode] = []
@@ -311,15 +316,50 @@ def _create(
         heads_known({MovementEvent: {request.pk: GENESIS}}),
         details_held(request, nodes=nodes, approvals=[], attentions=[]),
     ):
-        return _receive(request, actor, nodes)
+        return _receive(request, actor, nodes, plan)
+
+
+def _validated_plan(request: MovementRequest) -> CompiledPlan | TemplateInvalid:
+    """The request's compiled plan, with its template, plan params and approval policy set on
+    it; or, when the template cannot carry it, the refusal."""
+    route_template = route_template_current(request.template_key)
+    try:
+        if route_template is None:
+            raise TemplateInvalid(f"unknown route template {request.template_key!r}")
+        plan = compile_plan(
+            route_template.definition,
+            asset=request.asset,
+            amount=request.amount,
+            source=request.source,
+            destination=request.destination,
+            params=request.params,
+        )
+        _validate_with_executors(
+            plan,
+            asset=request.asset,
+            amount=request.amount,
+            source=request.source,
+            destination=request.destination,
+        )
+    except TemplateInvalid as exc:
+        return exc
+    request.template = route_template
+    request.template_version = route_template.version
+    request.params = plan.params
+    apply_approval_policy(request)
+    return plan
 
 
 def _receive(
-    request: MovementRequest, actor: Actor, nodes: list[MovementRequestNode]
+    request: MovementRequest,
+    actor: Actor,
+    nodes: list[MovementRequestNode],
+    plan: CompiledPlan | TemplateInvalid,
 ) -> MovementRequest:
-    """RECEIVED -> VALIDATED -> PENDING_APPROVAL with the reservation held, or FAILED. Each
-    step's events and changes are written together, with one row update; ``nodes`` receives
-    the plan's nodes as they are built."""
+    """RECEIVED -> VALIDATED -> PENDING_APPROVAL with the reservation held, or FAILED (the
+    template's refusal in place of ``plan``, the address book, the hardcap). Each step's
+    events and changes are written together, with one row update; ``nodes`` receives the
+    plan's nodes as they are built."""
     template, amount = request.template_key, request.amount
     with batch() as writer:
         record_event(
@@ -337,44 +377,8 @@ def _receive(
             writer=writer,
         )
         after_request_created(request=request)
-        route_template = route_template_current(template)
-        try:
-            if route_template is None:
-                raise TemplateInvalid(f"unknown route template {template!r}")
-            plan = compile_plan(
-                route_template.definition,
-                asset=request.asset,
-                amount=amount,
-                source=request.source,
-                destination=request.destination,
-                params=request.params,
-            )
-            _validate_with_executors(
-                plan,
-                asset=request.asset,
-                amount=amount,
-                source=request.source,
-                destination=request.destination,
-            )
-        except TemplateInvalid as exc:
-            return _created(_fail_validation(request, actor, exc, writer=writer), [])
-
-        request.template = route_template
-        request.template_version = route_template.version
-        request.params = plan.params
-        apply_approval_policy(request)
-        save_fields(
-            request,
-            [
-                "template",
-                "template_version",
-                "params",
-                "approval_policy",
-                "approvals_required",
-                "approval_groups",
-            ],
-            writer=writer,
-        )
+        if isinstance(plan, TemplateInvalid):
+            return _created(_fail_validation(request, actor, plan, writer=writer), [])
         standing, entry = standing_of(request)
         if standing == Standing.NOT_ALLOWLISTED:
             failed = _fail_validation(

@@ -11,9 +11,9 @@ from tests.api.conftest import client_for, movement_url, post_create
 from tests.conftest import make_user
 from tests.statements import statements
 
-# 24 for the create itself, and one read of the people who may approve it: they are notified
+# 23 for the create itself, and one read of the people who may approve it: they are notified
 # in the create's transaction (notifications, issue 31), from the rows the create holds.
-STATEMENTS_PER_CREATE = 25
+STATEMENTS_PER_CREATE = 24
 MOVEMENT_TABLE = 'FROM "movements_movementrequest"'
 
 
