@@ -160,31 +160,25 @@ def _api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
-# The root URLconf's error handlers (qtg.urls). Django answers with them what it refuses before
-# any view or middleware of ours can (an unknown or malformed Host, found by CommonMiddleware),
-# and failures outside ApiProblemMiddleware: under /api/ a problem, elsewhere Django's page.
-def bad_request(request: HttpRequest, exception) -> HttpResponse:
-    if _api(request):
-        return page_problem(request, 400, exception)
-    return django_pages.bad_request(request, exception)
+def _problem_under_api(status_code: int, django_page):
+    """A root URLconf error handler (``qtg.urls``): under /api/ the problem document of
+    ``status_code``, elsewhere ``django_page``. Django answers with these what it refuses
+    before any view or middleware of ours can (an unknown or malformed Host, found by
+    CommonMiddleware) and failures outside ApiProblemMiddleware. ``exception``: what Django
+    passes with a 400, 403 or 404 (nothing with a 500)."""
+
+    def handler(request: HttpRequest, exception=None) -> HttpResponse:
+        if _api(request):
+            return page_problem(request, status_code, exception)
+        return django_page(request) if exception is None else django_page(request, exception)
+
+    return handler
 
 
-def permission_denied(request: HttpRequest, exception) -> HttpResponse:
-    if _api(request):
-        return page_problem(request, 403, exception)
-    return django_pages.permission_denied(request, exception)
-
-
-def page_not_found(request: HttpRequest, exception) -> HttpResponse:
-    if _api(request):
-        return page_problem(request, 404, exception)
-    return django_pages.page_not_found(request, exception)
-
-
-def server_error(request: HttpRequest) -> HttpResponse:
-    if _api(request):
-        return page_problem(request, 500)
-    return django_pages.server_error(request)
+bad_request = _problem_under_api(400, django_pages.bad_request)
+permission_denied = _problem_under_api(403, django_pages.permission_denied)
+page_not_found = _problem_under_api(404, django_pages.page_not_found)
+server_error = _problem_under_api(500, django_pages.server_error)
 
 
 class ApiProblemMiddleware:
