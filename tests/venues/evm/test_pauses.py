@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from movements.models import MovementRequestNode
 from movements.states import NodeState, RequestState
 from reservations.models import Reservation, ReservationState
-from tests.execution.conftest import wait_for
+from tests.execution.conftest import node_path, wait_for
 from tests.venues.evm.conftest import balance, transfer
 from tests.venues.evm.test_processes import cluster, settled  # noqa: F401 (the fixture)
 from venues.models import ChainTransaction, TxState
@@ -43,16 +42,11 @@ def test_a_worker_paused_before_its_broadcast_moves_the_money_once(
     del cluster.env["QTG_EVM_PAUSE_AT"]
     cluster.start_worker()
     try:
-        # Its lease expires; the other worker's sweep reaps it and recovery takes over.
+        # Its lease expires; the other worker's sweep reaps it and recovery takes over. Read
+        # from the node's audit path, not its state now: reaped, recovered and observed, it
+        # may pass UNKNOWN and SUBMITTED between two polls (and be COMPLETED by the next).
         wait_for(
-            lambda: (
-                MovementRequestNode.objects.filter(
-                    request=request, node_key="transfer", node_state=NodeState.UNKNOWN
-                ).exists()
-                or MovementRequestNode.objects.filter(
-                    request=request, node_key="transfer", node_state=NodeState.SUBMITTED
-                ).exists()
-            ),
+            lambda: {NodeState.UNKNOWN, NodeState.SUBMITTED} & set(node_path(request, "transfer")),
             timeout=120,
             message="the paused worker's transfer was never reaped",
         )
