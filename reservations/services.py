@@ -350,9 +350,10 @@ def reservation_hold(*, request: MovementRequest, actor: Actor) -> Reservation:
     nothing) when no hardcap covers the scope or one of them has no room.
 
     Inside the caller's transaction without a savepoint of its own: a refusal is raised before
-    anything is written, and the caller's transaction (the create's savepoint) decides. The
-    caps are locked last and for the fewest statements: after the lock, one aggregate, the
-    reservation and its first event; the lock is held until the caller commits."""
+    anything is written, and the caller decides (the create rolls its transaction back whole
+    and records the refusal in one of its own). The caps are locked last and for the fewest
+    statements: after the lock, one aggregate, the reservation and its first event; the lock
+    is held until the caller commits."""
     existing = _reservation_of(request)
     if existing is not None:
         return existing

@@ -243,23 +243,26 @@ def movement_create(
         )
         if replay is not None:
             return replay
+    body = {
+        "template": template,
+        "asset": asset,
+        "amount": amount,
+        "source": source,
+        "destination": destination,
+        "params": params,
+        "expires_in": expires_in,
+        "idempotency_key": idempotency_key,
+        "fingerprint": fingerprint,
+        "actor": actor,
+    }
     try:
-        # One read of the subscriptions for the create's callback events.
-        with ports.callbacks().read_once(), transaction.atomic():
-            if idempotency_key:
-                _claim_key(created_by=created_by, idempotency_key=idempotency_key)
-            request = _create(
-                template=template,
-                asset=asset,
-                amount=amount,
-                source=source,
-                destination=destination,
-                params=params,
-                expires_in=expires_in,
-                idempotency_key=idempotency_key,
-                fingerprint=fingerprint,
-                actor=actor,
-            )
+        try:
+            request = _create_in_transaction(body, refused=None)
+        except ReservationRefused as refused:
+            # The hold came last and refused: the create's transaction rolled back whole
+            # (nothing of it was held or sent). The movement is recorded FAILED with the
+            # refusal, in a transaction of its own.
+            request = _create_in_transaction(body, refused=refused)
     except IntegrityError:
         # A concurrent create with the same key won the race: return it (or refuse).
         replay = None
@@ -274,6 +277,17 @@ def movement_create(
     return request
 
 
+def _create_in_transaction(
+    body: dict[str, Any], *, refused: ReservationRefused | None
+) -> MovementRequest:
+    """One attempt at the create, in its own transaction (the idempotency key held for it)."""
+    # One read of the subscriptions for the create's callback events.
+    with ports.callbacks().read_once(), transaction.atomic():
+        if body["idempotency_key"]:
+            _claim_key(created_by=body["actor"].user, idempotency_key=body["idempotency_key"])
+        return _create(**body, refused=refused)
+
+
 def _create(
     *,
     template,
@@ -286,6 +300,7 @@ def _create(
     idempotency_key,
     fingerprint,
     actor,
+    refused: ReservationRefused | None = None,
 ) -> MovementRequest:
     now = timezone.now()
     request = MovementRequest(
@@ -316,7 +331,7 @@ def _create(
         heads_known({MovementEvent: {request.pk: GENESIS}}),
         details_held(request, nodes=nodes, approvals=[], attentions=[]),
     ):
-        return _receive(request, actor, nodes, plan)
+        return _receive(request, actor, nodes, plan, refused=refused)
 
 
 def _validated_plan(request: MovementRequest) -> CompiledPlan | TemplateInvalid:
@@ -355,76 +370,77 @@ def _receive(
     actor: Actor,
     nodes: list[MovementRequestNode],
     plan: CompiledPlan | TemplateInvalid,
+    *,
+    refused: ReservationRefused | None = None,
 ) -> MovementRequest:
     """RECEIVED -> VALIDATED -> PENDING_APPROVAL with the reservation held, or FAILED (the
-    template's refusal in place of ``plan``, the address book, the hardcap). Each step's
-    events and changes are written together, with one row update; ``nodes`` receives the
-    plan's nodes as they are built."""
+    template's refusal in place of ``plan``, the address book, or ``refused``: the hardcap's
+    refusal of an earlier attempt, rolled back whole). Each step's events and changes are
+    written together, with one row update; ``nodes`` receives the plan's nodes as they are
+    built. The hold comes last and, refused, raises ``ReservationRefused`` out of the create's
+    transaction (``movement_create`` records the refusal in a transaction of its own): every
+    create of the asset queues on its hardcap rows, which stay locked only for the hold's own
+    statements and the commit."""
     template, amount = request.template_key, request.amount
-    with batch() as writer:
-        record_event(
-            request=request,
-            actor=actor,
-            kind=MovementEvent.Kind.CREATED,
-            new_state=RequestState.RECEIVED,
-            detail={
-                "template": template,
-                "asset": request.asset,
-                "amount": str(amount),
-                "source": request.source,
-                "destination": request.destination,
-            },
-            writer=writer,
-        )
-        after_request_created(request=request)
-        if isinstance(plan, TemplateInvalid):
-            return _created(_fail_validation(request, actor, plan, writer=writer), [])
-        standing, entry = standing_of(request)
-        if standing == Standing.NOT_ALLOWLISTED:
-            failed = _fail_validation(
-                request,
-                actor,
-                DestinationNotAllowlisted(
-                    standing_message(request, standing, entry),
-                    details={"destination": request.destination, "asset": request.asset},
-                ),
+    # The callback events (request_created, then approval_pending), each showing the movement
+    # as it was when it happened, are written together: one insert of the events and one of
+    # their deliveries, before the hold.
+    with ports.callbacks().together():
+        with batch() as writer:
+            record_event(
+                request=request,
+                actor=actor,
+                kind=MovementEvent.Kind.CREATED,
+                new_state=RequestState.RECEIVED,
+                detail={
+                    "template": template,
+                    "asset": request.asset,
+                    "amount": str(amount),
+                    "source": request.source,
+                    "destination": request.destination,
+                },
                 writer=writer,
             )
-            return _created(failed, [])
-    # The batch above recorded the movement's first callback event (request_created, 1) in
-    # this transaction, outside the savepoint below: the next is numbered without a read.
-    ports.callbacks().sequences_known({request.pk: 1})
-    try:
-        with transaction.atomic():
-            nodes.extend(_build_plan(request, plan))
-            # Held from here: what the transitions' effects (notifications) read of it too.
-            _created(request, nodes)
-            with batch() as writer:
-                set_request_state(
-                    request=request,
-                    new_state=RequestState.VALIDATED,
-                    actor=actor,
-                    detail={
-                        "plan": [node.key for node in plan.nodes],
-                        **requirement_detail(request),
-                    },
-                    nodes=nodes,
+            after_request_created(request=request)
+            if isinstance(plan, TemplateInvalid):
+                return _created(_fail_validation(request, actor, plan, writer=writer), [])
+            standing, entry = standing_of(request)
+            if standing == Standing.NOT_ALLOWLISTED:
+                failed = _fail_validation(
+                    request,
+                    actor,
+                    DestinationNotAllowlisted(
+                        standing_message(request, standing, entry),
+                        details={"destination": request.destination, "asset": request.asset},
+                    ),
                     writer=writer,
                 )
-                set_request_state(
-                    request=request,
-                    new_state=RequestState.PENDING_APPROVAL,
-                    actor=actor,
-                    nodes=nodes,
-                    writer=writer,
-                )
-            # The hold comes last: every create of the asset queues on its hardcap rows, which
-            # stay locked only for the hold's own statements and the commit. Refused, the
-            # plan and the two transitions above roll back with the savepoint.
-            reservation = ports.reservations().hold(request=request, actor=actor)
-    except ReservationRefused as exc:
-        # Read again: the savepoint took back what this instance holds.
-        return _fail_validation(MovementRequest.objects.get(pk=request.pk), actor, exc)
+                return _created(failed, [])
+        if refused is not None:
+            return _created(_fail_validation(request, actor, refused), [])
+        nodes.extend(_build_plan(request, plan))
+        # Held from here: what the transitions' effects (notifications) read of it too.
+        _created(request, nodes)
+        with batch() as writer:
+            set_request_state(
+                request=request,
+                new_state=RequestState.VALIDATED,
+                actor=actor,
+                detail={
+                    "plan": [node.key for node in plan.nodes],
+                    **requirement_detail(request),
+                },
+                nodes=nodes,
+                writer=writer,
+            )
+            set_request_state(
+                request=request,
+                new_state=RequestState.PENDING_APPROVAL,
+                actor=actor,
+                nodes=nodes,
+                writer=writer,
+            )
+    reservation = ports.reservations().hold(request=request, actor=actor)
     reservation_known(request, reservation)
     return _created(request, list(nodes))
 

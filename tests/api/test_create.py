@@ -1,11 +1,13 @@
 """POST /api/v1/movements/: create, validation, and idempotency."""
 
+import json
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.conf import settings
 
+from callbacks.models import Event
 from movements.models import MovementEvent, MovementRequest
 from tests.api.conftest import MOVEMENTS, assert_error, client_for, create_body, post_create
 from tests.conftest import make_user
@@ -269,3 +271,32 @@ def test_a_replay_of_a_failed_movement_returns_it_unchanged(integration_client):
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
     assert again.json()["request_state"] == "FAILED"
+
+
+def test_a_create_the_hardcap_refuses_is_one_failed_movement_with_nothing_of_the_attempt(
+    integration_client,
+):
+    # No hardcap covers EURC: the hold, which comes last, refuses. The attempt (its plan, its
+    # transitions, its callback events) rolls back whole, and the refusal is recorded.
+    created = post_create(integration_client, create_body(asset="EURC"), key="refused")
+
+    assert created.status_code == 201, created.content
+    movement = MovementRequest.objects.get()
+    assert movement.request_state == "FAILED"
+    assert movement.failure_reason.startswith("no hardcap is configured for EURC")
+    assert created.json()["reservation"] is None
+    assert not movement.nodes.exists()
+    assert [(e.kind, e.old_state, e.new_state) for e in movement.events.order_by("pk")] == [
+        (MovementEvent.Kind.CREATED, "", "RECEIVED"),
+        (MovementEvent.Kind.TRANSITION, "RECEIVED", "FAILED"),
+    ]
+    events = Event.objects.filter(request=movement).order_by("sequence")
+    assert [
+        (e.event_type, e.sequence, json.loads(e.body)["data"]["request_state"]) for e in events
+    ] == [
+        ("request_created", 1, "RECEIVED"),
+        ("request_failed", 2, "FAILED"),
+    ]
+    again = post_create(integration_client, create_body(asset="EURC"), key="refused")
+    assert again.status_code == 200
+    assert again.json()["id"] == str(movement.pk)
