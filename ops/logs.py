@@ -17,11 +17,16 @@ ROUTINE_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "celery.beat")
 # A worker starting and stopping ("... ready.") is shown at any level: supervisors and
 # operators wait for it.
 LIFECYCLE_LOGGERS = ("celery.apps.worker",)
+# Django logs a request it refuses for what the client sent (a Host header the deployment
+# does not answer to: any scanner sends one) at ERROR, with a traceback's weight; the client got
+# its 400 and nothing of ours failed: a WARNING, so an alert on ERROR lines means a fault.
+CLIENT_REFUSAL_LOGGERS = ("django.security.DisallowedHost",)
 
 
 class DemoteRoutine(logging.Filter):
     """INFO lines of ``ROUTINE_LOGGERS`` become DEBUG, shown only at ``threshold`` DEBUG;
-    those of ``LIFECYCLE_LOGGERS`` are always shown."""
+    those of ``LIFECYCLE_LOGGERS`` are always shown; ERROR lines of ``CLIENT_REFUSAL_LOGGERS``
+    become WARNING."""
 
     def __init__(self, threshold: str = "INFO") -> None:
         super().__init__()
@@ -30,6 +35,8 @@ class DemoteRoutine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.INFO and record.name.startswith(ROUTINE_LOGGERS):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        elif record.levelno == logging.ERROR and record.name.startswith(CLIENT_REFUSAL_LOGGERS):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
         if record.levelno >= logging.INFO and record.name.startswith(LIFECYCLE_LOGGERS):
             return True
         return record.levelno >= self.threshold

@@ -113,3 +113,21 @@ def test_an_api_request_binds_its_request_id_to_the_transitions_it_causes(caplog
 def test_a_worker_starting_is_shown_even_when_only_warnings_are():
     assert DemoteRoutine("WARNING").filter(record("celery.apps.worker", logging.INFO))
     assert not DemoteRoutine("WARNING").filter(record("movements.transitions", logging.INFO))
+
+
+@pytest.mark.django_db
+def test_a_host_header_the_deployment_refuses_is_a_warning_line_not_an_error(client):
+    handler = json_handler()
+    handler.addFilter(DemoteRoutine("INFO"))
+    logger = logging.getLogger("django.security.DisallowedHost")
+    logger.addHandler(handler)
+    try:
+        response = client.get("/api/v1/venues/", HTTP_HOST="scanner.invalid")
+    finally:
+        logger.removeHandler(handler)
+
+    assert response.status_code == 400
+    (line,) = handler.stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "warning"
+    assert "scanner.invalid" in record["event"]
