@@ -190,13 +190,17 @@ def confirm(
             checkpoint=checkpoint["number"] if checkpoint else None,
         )
     with transaction.atomic():
+        # The count rides on the look's transitions; alone (bookkeeping) only when it moved.
+        counted = tx.confirmations == confirmations
         if tx.state != S.CONFIRMED:
-            _confirmed(tx, receipt, head, block_number, block_hash)
-        chain_transaction_count_confirmations(
-            chain_transaction_id=tx.pk, confirmations=confirmations
-        )
-        tx.confirmations = confirmations
+            _confirmed(tx, receipt, head, block_number, block_hash, confirmations)
+            counted = True
         if not final:
+            if not counted:
+                chain_transaction_count_confirmations(
+                    chain_transaction_id=tx.pk, confirmations=confirmations
+                )
+                tx.confirmations = confirmations
             return
         move_tx(
             tx,
@@ -210,11 +214,17 @@ def confirm(
                 "block_hash": block_hash,
                 "status": int(receipt["status"]),
             },
+            confirmations=confirmations,
         )
 
 
 def _confirmed(
-    tx: ChainTransaction, receipt: Any, head: int, block_number: int, block_hash: str
+    tx: ChainTransaction,
+    receipt: Any,
+    head: int,
+    block_number: int,
+    block_hash: str,
+    confirmations: int,
 ) -> None:
     if tx.state == S.SIGNED:
         move_tx(tx, S.BROADCAST, {"found_by_hash": True})
@@ -238,6 +248,7 @@ def _confirmed(
         block_number=block_number,
         block_hash=block_hash,
         fee_paid=fee,
+        confirmations=confirmations,
     )
 
 
