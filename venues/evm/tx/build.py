@@ -111,15 +111,18 @@ def signer_of_tx(tx: ChainTransaction) -> Signer:
     raise DeterministicError(f"no configured account of chain {chain.name} is {tx.sender}")
 
 
-def node_transactions(node_id: int) -> list[ChainTransaction]:
+def node_transactions(node_id: int, *, read_with: Any = None) -> list[ChainTransaction]:
     """Everything a node attempt signed, oldest first (one nonce: the original and its
     replacements). A transaction whose nonce was filled before it was ever signed (released:
-    ``venues.evm.tx.gaps.held_unsigned``) is not the node's any more."""
-    return list(
+    ``venues.evm.tx.gaps.held_unsigned``) is not the node's any more. ``read_with``: a
+    function of the queryset that adds what the caller reads in the same statement
+    (``venues.evm.tx.gaps.with_gap_hint``)."""
+    rows = (
         ChainTransaction.objects.filter(node_id=node_id)
         .exclude(state=S.REPLACED, tx_hash="")
         .order_by("id")
     )
+    return list(read_with(rows) if read_with is not None else rows)
 
 
 def transaction_by_hash(chain: str, tx_hash: str) -> ChainTransaction | None:

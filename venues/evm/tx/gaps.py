@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
@@ -117,14 +117,24 @@ def fillers(chain: str, sender: str, nonce: int | None = None):
 
 
 def fill_nonce_gaps(
-    chain: EvmChain, sender: str, *, w3: Any = None, head: int | None = None, now=None
+    chain: EvmChain,
+    sender: str,
+    *,
+    w3: Any = None,
+    head: int | None = None,
+    now=None,
+    hint: "GapHint | None" = None,
 ) -> GapReport:
     """Fill every nonce of ``sender`` on ``chain`` an ended node left unused, and move the
-    fillers not final yet along (broadcast, re-broadcast, confirmations)."""
+    fillers not final yet along (broadcast, re-broadcast, confirmations). ``hint``: the
+    sender's ``GapHint`` if the caller read it with its own rows (``with_gap_hint``); else it
+    is read now."""
     now = now or timezone.now()
     w3 = w3 or client.web3_for(chain)
     report = GapReport()
-    if not _anything_to_do(chain, sender, now=now):
+    if hint is None:
+        hint = gap_hint(chain.name, sender)
+    if not hint.anything_to_do(chain, now=now):
         return report
     candidates = list(orphans(chain.name, sender).values_list("pk", flat=True))
     candidates += [pk for pk in held_unsigned(chain, sender, now=now) if pk not in candidates]
@@ -145,40 +155,62 @@ def fill_nonce_gaps(
 
 _DONE = [S.FINALIZED, S.FAILED, S.REPLACED, S.DROPPED]
 
-
-def _anything_to_do(chain: EvmChain, sender: str, *, now) -> bool:
-    """Whether the sweep may have something to do for the sender: a filler not done, or a
-    CREATED/SIGNED transaction of a node that ended (an orphan) or CREATED before the
-    release cutoff (maybe held). One query over the few unsent transactions and the
-    fillers; a yes is checked exactly by the sweep (every look at a node of the sender
-    asks, and the answer is nearly always no)."""
-    cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
-    ended_nodes = {str(state) for state in TERMINAL_NODE_STATES}
-    ended_requests = {str(state) for state in TERMINAL_REQUEST_STATES}
-    unsent = Q(state__in=[S.CREATED, S.SIGNED])
-    filling = Q(purpose=TxPurpose.NONCE_FILL) & ~Q(state__in=_DONE)
-    rows = (
-        ChainTransaction.objects.filter(chain=chain.name, sender=sender)
-        .filter(unsent | filling)
-        .values_list(
-            "purpose",
-            "state",
-            "created_at",
-            "node_id",
-            "node__node_state",
-            "movement__request_state",
-        )
+# Whether the sweep may have something to do for a sender, over its few unsent transactions
+# and its fillers: a filler not done, or a CREATED/SIGNED transaction of a node that ended (an
+# orphan), or one CREATED before the chain's release cutoff (maybe held). A yes is checked
+# exactly by the sweep (every look at a node of the sender asks, and the answer is nearly
+# always no).
+_UNSENT_OF_A_NODE = Q(purpose=TxPurpose.NODE, node__isnull=False, state__in=[S.CREATED, S.SIGNED])
+_WORK = (Q(purpose=TxPurpose.NONCE_FILL) & ~Q(state__in=_DONE)) | (
+    _UNSENT_OF_A_NODE
+    & (
+        Q(node__node_state__in=[str(state) for state in TERMINAL_NODE_STATES])
+        | Q(movement__request_state__in=[str(state) for state in TERMINAL_REQUEST_STATES])
     )
-    for purpose, state, created_at, node_id, node_state, request_state in rows:
-        if purpose == TxPurpose.NONCE_FILL:
-            return True
-        if purpose != TxPurpose.NODE or node_id is None:
-            continue
-        if node_state in ended_nodes or request_state in ended_requests:
-            return True
-        if state == S.CREATED and created_at < cutoff:
-            return True
-    return False
+)
+_MAYBE_HELD = Q(purpose=TxPurpose.NODE, node__isnull=False, state=S.CREATED)
+
+
+@dataclass(frozen=True)
+class GapHint:
+    """What says whether a sender's nonce-gap sweep may have work (see ``_WORK``): a filler
+    or an orphan exists, and the oldest CREATED transaction of a node (held past the chain's
+    release cutoff?)."""
+
+    work: bool
+    oldest_created: Any = None  # datetime | None
+
+    def anything_to_do(self, chain: EvmChain, *, now) -> bool:
+        cutoff = now - timedelta(seconds=chain.unsigned_release_seconds)
+        return self.work or (self.oldest_created is not None and self.oldest_created < cutoff)
+
+
+def gap_hint(chain: str, sender: str) -> GapHint:
+    """The sender's ``GapHint``: one statement."""
+    found = ChainTransaction.objects.filter(chain=chain, sender=sender).aggregate(
+        work=Count("pk", filter=_WORK), oldest=Min("created_at", filter=_MAYBE_HELD)
+    )
+    return GapHint(work=bool(found["work"]), oldest_created=found["oldest"])
+
+
+def with_gap_hint(transactions):
+    """``transactions`` (a queryset of one sender's rows) with the sender's ``GapHint`` read
+    in the same statement (``hint_of`` reads it off a row): a look at a node's transactions
+    learns whether the sender's gap sweep has work without a statement of its own."""
+    sender = ChainTransaction.objects.filter(chain=OuterRef("chain"), sender=OuterRef("sender"))
+    return transactions.annotate(
+        gap_work=Exists(sender.filter(_WORK)),
+        gap_oldest_created=Subquery(
+            sender.filter(_MAYBE_HELD).order_by("created_at").values("created_at")[:1]
+        ),
+    )
+
+
+def hint_of(tx: ChainTransaction) -> GapHint | None:
+    """The ``GapHint`` ``with_gap_hint`` read with ``tx`` (None if it was not)."""
+    if not hasattr(tx, "gap_work"):
+        return None
+    return GapHint(work=bool(tx.gap_work), oldest_created=tx.gap_oldest_created)
 
 
 def _close_orphan(

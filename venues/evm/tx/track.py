@@ -65,8 +65,11 @@ def track(node_id: int, *, now=None) -> Track:
     PENDING (re-broadcast if it left the mempool); the newest transaction not seen by the
     network within the broadcast window is re-broadcast from its stored bytes; one PENDING
     longer than ``replace_after_seconds`` is replaced by a fee bump."""
+    from venues.evm.tx.gaps import with_gap_hint
+
     now = now or timezone.now()
-    txs = node_transactions(node_id)
+    # The sender's nonce-gap hint comes with the node's rows (one statement for both).
+    txs = node_transactions(node_id, read_with=with_gap_hint)
     if not txs:
         return Track("none")
     original = txs[0]
@@ -75,7 +78,7 @@ def track(node_id: int, *, now=None) -> Track:
     result = Track("waiting", original=original)
     tip = latest(w3)
     head = tip.number
-    result.detail |= _fill_gaps(w3, chain, original.sender, head=head, now=now)
+    result.detail |= _fill_gaps(w3, chain, original, head=head, now=now)
     by_id = {tx.pk: tx for tx in txs}
     looks: dict[int, Any] = {}
     for tx in txs:
@@ -142,14 +145,18 @@ def _seen(tx: ChainTransaction, looks: dict[int, Any]) -> policy.Seen:
     )
 
 
-def _fill_gaps(w3: Any, chain: EvmChain, sender: str, *, head: int, now) -> dict[str, Any]:
+def _fill_gaps(
+    w3: Any, chain: EvmChain, original: ChainTransaction, *, head: int, now
+) -> dict[str, Any]:
     """The sender's nonces left unused by ended nodes filled (``venues.evm.tx.gaps``), at every
-    look at one of its nodes: a transfer waiting behind a gap is what notices it. Its own
-    trouble (the node not answering, no key) never fails the node being looked at."""
-    from venues.evm.tx.gaps import fill_nonce_gaps
+    look at one of its nodes: a transfer waiting behind a gap is what notices it (whether
+    there may be work was read with ``original``). Its own trouble (the node not answering,
+    no key) never fails the node being looked at."""
+    from venues.evm.tx.gaps import fill_nonce_gaps, hint_of
 
+    sender = original.sender
     try:
-        report = fill_nonce_gaps(chain, sender, w3=w3, head=head, now=now)
+        report = fill_nonce_gaps(chain, sender, w3=w3, head=head, now=now, hint=hint_of(original))
     except Exception as exc:
         log.warning("nonce gaps of %s on %s: %s", sender, chain.name, exc, exc_info=True)
         return {"nonce_gap_error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -190,13 +197,17 @@ def confirm(
             checkpoint=checkpoint["number"] if checkpoint else None,
         )
     with transaction.atomic():
+        # The count rides on the look's transitions; alone (bookkeeping) only when it moved.
+        counted = tx.confirmations == confirmations
         if tx.state != S.CONFIRMED:
-            _confirmed(tx, receipt, head, block_number, block_hash)
-        chain_transaction_count_confirmations(
-            chain_transaction_id=tx.pk, confirmations=confirmations
-        )
-        tx.confirmations = confirmations
+            _confirmed(tx, receipt, head, block_number, block_hash, confirmations)
+            counted = True
         if not final:
+            if not counted:
+                chain_transaction_count_confirmations(
+                    chain_transaction_id=tx.pk, confirmations=confirmations
+                )
+                tx.confirmations = confirmations
             return
         move_tx(
             tx,
@@ -210,11 +221,17 @@ def confirm(
                 "block_hash": block_hash,
                 "status": int(receipt["status"]),
             },
+            confirmations=confirmations,
         )
 
 
 def _confirmed(
-    tx: ChainTransaction, receipt: Any, head: int, block_number: int, block_hash: str
+    tx: ChainTransaction,
+    receipt: Any,
+    head: int,
+    block_number: int,
+    block_hash: str,
+    confirmations: int,
 ) -> None:
     if tx.state == S.SIGNED:
         move_tx(tx, S.BROADCAST, {"found_by_hash": True})
@@ -238,6 +255,7 @@ def _confirmed(
         block_number=block_number,
         block_hash=block_hash,
         fee_paid=fee,
+        confirmations=confirmations,
     )
 
 
