@@ -18,6 +18,15 @@
 Everything else passes through unchanged, and every call is logged (``calls``: what a client
 asked, batches included).
 
+A JSON-RPC batch (an array of calls, answered by an array) gets, call by call, what each call
+would get alone, as a node answers a batch: a lagging lookup is a ``null`` element, a trailing
+head or finalized tag answers the elements that read them, an ``answer_error`` is a JSON-RPC
+error object in that call's element (the others answered; web3 then raises for the whole
+batch, as it does for any element with an error). A lost answer cannot be lost for one element:
+the batch is one HTTP exchange, so every call of it reaches the chain and the whole answer is
+lost (a 502), and each of its calls is in ``lost``. With no fault armed a batch is passed on
+as it came (one round trip to the chain).
+
     with LossyRpcProxy(chain.url) as proxy:
         proxy.lose_response("eth_sendRawTransaction", times=1)
         proxy.lag_lookups(tx_hash, seconds=8)
@@ -42,6 +51,13 @@ from typing import Any
 import httpx
 
 LOOKUPS = ("eth_getTransactionReceipt", "eth_getTransactionByHash")
+LOST_ANSWER = b'{"error": "upstream answer lost"}', 502  # what the caller gets instead
+
+
+def _error_element(call: Any, code: int, message: str) -> dict[str, Any]:
+    """A batch's element answering ``call`` with a JSON-RPC error (JSON-RPC 2.0 §5.1, §6)."""
+    found = call.get("id") if isinstance(call, dict) else None
+    return {"jsonrpc": "2.0", "id": found, "error": {"code": code, "message": message}}
 
 
 class LossyRpcProxy:
@@ -54,7 +70,7 @@ class LossyRpcProxy:
         self._head_trail: int | None = None
         self._errors: dict[str, list] = {}  # method -> [message, times left, forward first?]
         self.errored: list[tuple[str, str]] = []
-        self.lost: list[tuple[str, Any]] = []
+        self.lost: list[tuple[str, Any]] = []  # a lost batch: each of its calls
         self.lagged: list[tuple[str, str]] = []  # (method, hash) answered null on purpose
         # Every call the proxy was asked, in order: (method, params); a JSON-RPC batch is one
         # entry per call it carries, and one ("batch", size) entry for its round trip.
@@ -213,56 +229,110 @@ class LossyRpcProxy:
             request = json.loads(body)
         except ValueError:
             request = {}
-        if isinstance(request, list):
-            with self._lock:
-                self.calls.append(("batch", len(request)))
-                self.calls.extend(
-                    (str(call.get("method", "")), call.get("params"))
-                    for call in request
-                    if isinstance(call, dict)
-                )
+        if isinstance(request, list) and request:
+            return self._answer_batch(body, request)
         if not isinstance(request, dict):
-            answer = self._client.post(
-                self.upstream, content=body, headers={"Content-Type": "application/json"}
-            )
-            return answer.content, answer.status_code
+            return self._forward(body)
         method = request.get("method", "")
-        params = request.get("params") or []
         if not method.startswith("standin_"):
             with self._lock:
                 self.calls.append((method, request.get("params")))
+        answer, status, lost = self._answer_call(request, body)
+        if lost:
+            self._record_lost([request])
+            return LOST_ANSWER
+        return answer, status
+
+    def _answer_batch(self, body: bytes, requests: list[Any]) -> tuple[bytes, int]:
+        """Each call of a batch answered as it would be alone (see the module's docstring)."""
+        with self._lock:
+            self.calls.append(("batch", len(requests)))
+            self.calls.extend(
+                (str(call.get("method", "")), call.get("params"))
+                for call in requests
+                if isinstance(call, dict)
+            )
+        if not self._faults_armed(requests):
+            return self._forward(body)
+        answers: list[Any] = []
+        any_lost = False
+        for call in requests:
+            if not isinstance(call, dict):
+                answers.append(_error_element(call, -32600, "Invalid Request"))
+                continue
+            answer, status, lost = self._answer_call(call, json.dumps(call).encode())
+            any_lost = any_lost or lost
+            try:
+                answers.append(json.loads(answer))
+            except ValueError:
+                answers.append(_error_element(call, -32603, f"upstream answered {status}"))
+        if any_lost:
+            self._record_lost(requests)
+            return LOST_ANSWER
+        return json.dumps(answers).encode(), 200
+
+    def _answer_call(self, request: dict[str, Any], body: bytes) -> tuple[bytes, int, bool]:
+        """One call's answer: its bytes, its HTTP status and whether it is to be lost (the
+        chain acted on the call; the caller never hears back)."""
+        method = request.get("method", "")
+        params = request.get("params") or []
         if method.startswith("standin_"):
             try:
                 result = {"result": self._control(method, params)}
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 result = {"error": {"code": -32601, "message": f"{method}: {exc}"}}
-            return json.dumps({"jsonrpc": "2.0", "id": request.get("id"), **result}).encode(), 200
+            data = {"jsonrpc": "2.0", "id": request.get("id"), **result}
+            return json.dumps(data).encode(), 200, False
         behind = self._behind(request)
         if behind is not None:
-            return json.dumps(behind).encode(), 200
+            return json.dumps(behind).encode(), 200, False
         if self._lags(method, params):
             data = {"jsonrpc": "2.0", "id": request.get("id"), "result": None}
-            return json.dumps(data).encode(), 200
+            return json.dumps(data).encode(), 200, False
         error = self._error_for(method)
         if error is not None:
             message, forward = error
             if forward:
-                self._client.post(
-                    self.upstream, content=body, headers={"Content-Type": "application/json"}
-                )
+                self._forward(body)
             answer = {"code": -32000, "message": message}
             data = {"jsonrpc": "2.0", "id": request.get("id"), "error": answer}
-            return json.dumps(data).encode(), 200
+            return json.dumps(data).encode(), 200, False
         forwarded = self._rewrite(request)
-        answer = self._client.post(
-            self.upstream,
-            content=body if forwarded is request else json.dumps(forwarded).encode(),
-            headers={"Content-Type": "application/json"},
+        answer, status = self._forward(
+            body if forwarded is request else json.dumps(forwarded).encode()
         )
-        if method and self._should_lose(method):
-            self.lost.append((method, request.get("params")))
-            return b'{"error": "upstream answer lost"}', 502
+        return answer, status, bool(method) and self._should_lose(method)
+
+    def _forward(self, body: bytes) -> tuple[bytes, int]:
+        answer = self._client.post(
+            self.upstream, content=body, headers={"Content-Type": "application/json"}
+        )
         return answer.content, answer.status_code
+
+    def _record_lost(self, requests: list[Any]) -> None:
+        with self._lock:
+            self.lost.extend(
+                (str(call.get("method", "")), call.get("params"))
+                for call in requests
+                if isinstance(call, dict)
+            )
+
+    def _faults_armed(self, requests: list[Any]) -> bool:
+        """Whether any fault (or a control call) may touch a call of ``requests``."""
+        if any(
+            isinstance(call, dict) and str(call.get("method", "")).startswith("standin_")
+            for call in requests
+        ):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            return (
+                self._finalized_trail is not None
+                or self._head_trail is not None
+                or any(left > 0 for left in self._lose.values())
+                or any(entry[1] > 0 for entry in self._errors.values())
+                or any(deadline > now for deadline in self._lagging.values())
+            )
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
