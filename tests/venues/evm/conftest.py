@@ -69,6 +69,15 @@ def _rewind_devchain(request):
 
 
 @pytest.fixture
+def lossy(devchain):
+    """``standins.rpc_proxy`` in front of the devchain (the product is not pointed at it)."""
+    from standins.rpc_proxy import LossyRpcProxy
+
+    with LossyRpcProxy(devchain.url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
 def recipient(devchain):
     """Where the tests send: a dev account that holds no tokens."""
     return devchain.accounts[5].address

@@ -8,7 +8,6 @@ import pytest
 import requests
 from web3 import Web3
 
-from standins.rpc_proxy import LossyRpcProxy
 from tests.venues.evm.rpc_proxy import RPCProxy
 
 pytestmark = pytest.mark.devchain
@@ -29,12 +28,6 @@ def mined(devchain):
     return devchain.web3.eth.send_transaction(
         {"from": sender.address, "to": sender.address, "value": 1}
     ).to_0x_hex()
-
-
-@pytest.fixture
-def lossy(devchain):
-    with LossyRpcProxy(devchain.url) as proxy:
-        yield proxy
 
 
 def test_a_lagging_lookup_answers_null_in_its_element_and_the_other_calls_are_answered(
