@@ -34,7 +34,7 @@ from venues.evm.tx import (
     Track,
     Transfer,
     finalized_block,
-    latest,
+    head_and_receipts,
     moved,
     resolve_transfer,
     transaction_by_hash,
@@ -161,13 +161,8 @@ class ChainTxObserve(Executor):
         if not tx_hash:
             return Observation(ObservedStatus.PENDING, detail={"waiting_for": "transaction"})
         w3 = client.web3_for(chain)
-        try:
-            receipt = client.receipt_of(w3, tx_hash)
-        except Exception as exc:
-            if client.is_network_error(exc) or client.rpc_message(exc):
-                raise TransientError(f"receipt of {tx_hash}: {exc}"[:500]) from exc
-            raise
-        tip = latest(w3)
+        # The receipt, then the head its confirmations are counted from: one round trip.
+        tip, [receipt] = head_and_receipts(w3, [tx_hash], head_last=True)
         head = tip.number
         seen_block = str(ctx.result.get("block_hash") or "")
         final_since = str(ctx.result.get("final_since") or "")

@@ -61,7 +61,7 @@ from venues.evm.tx.build import (
     transaction_by_hash,
 )
 from venues.evm.tx.common import ACTOR, rpc_read
-from venues.evm.tx.heads import Head, latest
+from venues.evm.tx.heads import Head, head_and_receipts, latest
 from venues.evm.tx.reads import finalized_block, moved, nonce_spender, revert_reason
 from venues.evm.tx.sign import sign_stored
 from venues.evm.tx.track import Track, track
@@ -79,6 +79,7 @@ __all__ = [
     "create_with_new_nonce",
     "fees",
     "finalized_block",
+    "head_and_receipts",
     "latest",
     "moved",
     "node_transactions",

@@ -9,6 +9,12 @@ per transaction looked at.
 - ``sender_reads``: the sender's transaction count at ``pending`` and at ``latest``, the head
   block and the new transaction's gas estimate, in one JSON-RPC batch (one round trip where
   a new nonce is allocated).
+- ``head_and_receipts``: the head block and the receipts a look reads, in one JSON-RPC batch.
+
+A batch is one HTTP exchange: a timeout or a lost answer loses all of it, and an element the
+node answers with an error fails all of it (web3 raises): either way the read is transient and
+asked again at the next look, as a single read would be. A receipt the node does not serve is
+None, as from ``client.receipt_of`` (not evidence of anything on its own).
 """
 
 import threading
@@ -109,3 +115,43 @@ def sender_reads(w3: Any, sender: str, *, estimate: dict[str, Any] | None = None
 
 def _endpoint(w3: Any) -> str:
     return str(getattr(w3.provider, "endpoint_uri", "") or id(w3))
+
+
+def head_and_receipts(
+    w3: Any, hashes: list[str], *, head_last: bool = False
+) -> tuple[Head, list[Any]]:
+    """The head block and the receipt of each of ``hashes`` (None where the node serves
+    none), in one JSON-RPC batch: one round trip for what a look reads. ``head_last``: the
+    head is asked after the receipts (a caller counting a receipt's confirmations from it;
+    a node may answer a batch's calls in any order, so a head below the receipt's block is
+    still possible and counts no confirmations)."""
+    if not hashes:
+        return latest(w3), []
+
+    def batch() -> list[Any]:
+        with w3.batch_requests() as requests:
+            if not head_last:
+                requests.add(w3.eth.get_block("latest"))
+            for tx_hash in hashes:
+                requests.add(_none_if_null(w3.eth.get_transaction_receipt(tx_hash)))
+            if head_last:
+                requests.add(w3.eth.get_block("latest"))
+            return requests.execute()
+
+    found = rpc_read("head and receipts", batch)
+    if len(found) != len(hashes) + 1:
+        raise TransientError(f"head and receipts: {len(found)} answers to {len(hashes) + 1}")
+    block, receipts = (found[-1], found[:-1]) if head_last else (found[0], found[1:])
+    for tx_hash, receipt in zip(hashes, receipts, strict=True):
+        # An answer paired with the wrong call would confirm the wrong transaction.
+        if receipt is not None and receipt["transactionHash"].to_0x_hex() != tx_hash.lower():
+            raise TransientError(f"head and receipts: the answer for {tx_hash} is another's")
+    return _head(block), list(receipts)
+
+
+def _none_if_null(request: Any) -> Any:
+    """A batched request whose null answer is None (web3 raises ``TransactionNotFound`` for
+    a missing receipt, which would fail the whole batch): its request information (what
+    web3 8 hands the batch in batching mode) without the null-result formatter."""
+    call, (result_formatters, error_formatters, _null) = request
+    return call, (result_formatters, error_formatters, None)

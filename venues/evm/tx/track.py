@@ -19,7 +19,7 @@ from venues.evm.tx import policy
 from venues.evm.tx.broadcast import send_stored
 from venues.evm.tx.build import node_transactions, signer_of_tx
 from venues.evm.tx.common import ACTOR, S, chain_of, log, move_tx, rpc_read
-from venues.evm.tx.heads import Head, latest
+from venues.evm.tx.heads import Head, head_and_receipts
 from venues.evm.tx.reads import finalized_block, nonce_spender, revert_reason
 from venues.evm.tx.sign import sign_stored
 from venues.models import LIVE_TX_STATES, ChainTransaction
@@ -76,14 +76,17 @@ def track(node_id: int, *, now=None) -> Track:
     chain = chain_of(original)
     w3 = client.web3_for(chain)
     result = Track("waiting", original=original)
-    tip = latest(w3)
+    looked = [
+        tx
+        for tx in txs
+        if tx.tx_hash and (tx.state in LIVE_TX_STATES or tx.state in (S.REPLACED, S.DROPPED))
+    ]
+    # The head, then every receipt the look needs: one round trip.
+    tip, receipts = head_and_receipts(w3, [tx.tx_hash for tx in looked])
     head = tip.number
+    looks: dict[int, Any] = {tx.pk: receipt for tx, receipt in zip(looked, receipts, strict=True)}
     result.detail |= _fill_gaps(w3, chain, original, head=head, now=now)
     by_id = {tx.pk: tx for tx in txs}
-    looks: dict[int, Any] = {}
-    for tx in txs:
-        if tx.tx_hash and (tx.state in LIVE_TX_STATES or tx.state in (S.REPLACED, S.DROPPED)):
-            looks[tx.pk] = rpc_read("receipt", client.receipt_of, w3, tx.tx_hash)
     plan = policy.after_receipts([_seen(tx, looks) for tx in txs])
     if plan.settled is not None:
         # Already final (an earlier look that was not written through to the node).
