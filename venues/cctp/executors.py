@@ -156,6 +156,15 @@ class CctpAttestationObserve(Executor):
         detail = {**detail, **found.as_detail()}
         burn = cctp_chain_io.burn_on_chain(source, tx_hash)
         if burn is None:
+            asked = cctp_chain_io.burn_still_seen(source, tx_hash)
+            if asked.seen is not None:
+                # One look missed it, another endpoint (or a second look) serves it: no
+                # conclusion, and no mint either until a look finds it whole.
+                return Observation(
+                    ObservedStatus.PENDING,
+                    tx_hash,
+                    {**detail, "waiting_for": "the burn's receipt", **asked.evidence()},
+                )
             # Attested, yet the chain no longer has the burn: a reorg deeper than the
             # attester's confirmations. Minting on it would mint money that was never burned.
             return Observation(
@@ -163,6 +172,7 @@ class CctpAttestationObserve(Executor):
                 tx_hash,
                 {
                     **detail,
+                    **asked.evidence(),
                     "finding": "attested, but the burn is not in the canonical chain",
                     "attention": {
                         "reason": "reorg",
