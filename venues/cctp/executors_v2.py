@@ -69,6 +69,7 @@ from venues.cctp.executors import (
     _evm,
     _upstream,
     _usdc,
+    burn_seen_again,
     validate_amount,
 )
 from venues.cctp.iris import IrisClient, IrisMessage, fee_units
@@ -375,11 +376,7 @@ def _burn_missing(source: CctpChain, tx_hash: str, detail: dict[str, Any]) -> Ob
     the primary asked again among them, serves it."""
     asked = cctp_chain_io.burn_still_seen(source, tx_hash)
     if asked.seen is not None:
-        return Observation(
-            ObservedStatus.PENDING,
-            tx_hash,
-            {**detail, "waiting_for": "the burn's receipt", **asked.evidence()},
-        )
+        return burn_seen_again(tx_hash, detail, asked)
     # Gone from the canonical chain (a reorg after a fast burn completed at `safe`): the
     # burn's track re-broadcasts its stored bytes, and the attester's nonce of the re-included
     # burn is the same.
