@@ -4,7 +4,8 @@
   after the node accepted a transaction looks like);
 - a lagging backend: lookups of chosen transactions (``eth_getTransactionReceipt``,
   ``eth_getTransactionByHash``) answer ``null`` for some seconds although the chain has them
-  (a load-balanced provider whose index is behind its head);
+  (a load-balanced provider whose index is behind its head); ``miss_receipts`` answers the
+  next N receipt lookups of a transaction ``null`` (one backend of the pool missed it once);
 - another node implementation's error answers: ``answer_error`` answers chosen calls with a
   JSON-RPC error (Hardhat's "Nonce too high", Erigon's "existing tx with same hash"),
   after passing the call on or without;
@@ -37,7 +38,7 @@ as it came (one round trip to the chain).
 The same controls are JSON-RPC methods of the proxy itself, for another process (local mode,
 a shell): ``standin_lagLookups [hash, seconds]``, ``standin_trailFinalized [blocks | null]``,
 ``standin_loseResponse [method, times]``, ``standin_answerError [method, message, times,
-forward]``, ``standin_trailHead [blocks | null]``.
+forward]``, ``standin_trailHead [blocks | null]``, ``standin_missReceipts [hash, times]``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class LossyRpcProxy:
         self._lock = threading.Lock()
         self._lose: dict[str, int] = {}
         self._lagging: dict[str, float] = {}  # tx hash (lower case) -> monotonic deadline
+        self._missing: dict[str, int] = {}  # tx hash (lower case) -> receipt lookups left
         self._finalized_trail: int | None = None
         self._head_trail: int | None = None
         self._errors: dict[str, list] = {}  # method -> [message, times left, forward first?]
@@ -113,6 +115,12 @@ class LossyRpcProxy:
         ``null`` (not found), whatever the chain holds."""
         with self._lock:
             self._lagging[tx_hash.lower()] = time.monotonic() + float(seconds)
+
+    def miss_receipts(self, tx_hash: str, *, times: int = 1) -> None:
+        """The next ``times`` receipt lookups (``eth_getTransactionReceipt``) of ``tx_hash`` are
+        answered ``null``, whatever the chain holds; the ones after them pass through."""
+        with self._lock:
+            self._missing[tx_hash.lower()] = int(times)
 
     def trail_finalized(self, blocks: int | None) -> None:
         """The ``finalized`` tag answered at head - ``blocks`` (None: the chain's own)."""
@@ -164,6 +172,10 @@ class LossyRpcProxy:
             return False
         tx_hash = str(params[0]).lower()
         with self._lock:
+            if method == "eth_getTransactionReceipt" and self._missing.get(tx_hash, 0) > 0:
+                self._missing[tx_hash] -= 1
+                self.lagged.append((method, tx_hash))
+                return True
             deadline = self._lagging.get(tx_hash)
             if deadline is None or time.monotonic() >= deadline:
                 return False
@@ -181,6 +193,8 @@ class LossyRpcProxy:
             self.answer_error(str(params[0]), str(params[1]), times=times, forward=forward)
         elif method == "standin_trailHead":
             self.trail_head(params[0] if params else None)
+        elif method == "standin_missReceipts":
+            self.miss_receipts(str(params[0]), times=int(params[1]) if len(params) > 1 else 1)
         elif method == "standin_loseResponse":
             self.lose_response(str(params[0]), times=int(params[1]) if len(params) > 1 else 1)
         else:
@@ -330,6 +344,7 @@ class LossyRpcProxy:
                 self._finalized_trail is not None
                 or self._head_trail is not None
                 or any(left > 0 for left in self._lose.values())
+                or any(left > 0 for left in self._missing.values())
                 or any(entry[1] > 0 for entry in self._errors.values())
                 or any(deadline > now for deadline in self._lagging.values())
             )

@@ -15,6 +15,7 @@ from venues.cctp.message import Message, address_to_bytes32, nonce_key
 from venues.ethlib import Web3
 from venues.evm import client
 from venues.evm.config import evm_chain
+from venues.evm.endpoints import Sighting, sighting_elsewhere
 
 MESSAGE_SENT_TOPIC = "0x" + keccak(text="MessageSent(bytes)").hex()
 MESSAGE_RECEIVED_TOPIC = (
@@ -81,6 +82,13 @@ def burn_on_chain(chain: CctpChain, tx_hash: str) -> BurnOnChain | None:
     return BurnOnChain(
         tx_hash, number, receipt["blockHash"], Web3.to_checksum_address(receipt["from"]), messages
     )
+
+
+def burn_still_seen(chain: CctpChain, tx_hash: str) -> Sighting:
+    """Asked before an attested burn that :func:`burn_on_chain` did not find is called gone (a
+    reorg): every endpoint of the source chain, the primary again (one lookup of a lagging
+    backend answers null for a receipt the others serve). Gone only when none serves it."""
+    return sighting_elsewhere(evm_chain(chain.name), tx_hash)
 
 
 def mismatch(ctx: ExecutionContext, source: CctpChain, burn: BurnOnChain, raw: bytes) -> str | None:

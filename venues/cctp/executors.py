@@ -48,6 +48,7 @@ from venues.cctp.iris import IrisClient, IrisMessage
 from venues.cctp.message import Message, address_to_bytes32
 from venues.evm import client, facts
 from venues.evm.config import EvmChain, evm_chain
+from venues.evm.endpoints import Sighting
 from venues.evm.tx import ChainAction, ContractCall, Track
 
 PROVIDER = "venues"
@@ -104,6 +105,16 @@ def check_burn_facts(source: EvmChain, usdc: str, messenger: str, units: int) ->
         )
 
 
+def burn_seen_again(tx_hash: str, detail: dict[str, Any], asked: Sighting) -> Observation:
+    """A look missed the burn, another endpoint (or a second look) serves it: no conclusion,
+    and no mint either until a look finds it whole."""
+    return Observation(
+        ObservedStatus.PENDING,
+        tx_hash,
+        {**detail, "waiting_for": "the burn's receipt", **asked.evidence()},
+    )
+
+
 @register("cctp_attestation_observe", provider=PROVIDER)
 class CctpAttestationObserve(Executor):
     """Wait for Circle's attestation of the burn; complete only on a canonical, matching burn."""
@@ -156,6 +167,9 @@ class CctpAttestationObserve(Executor):
         detail = {**detail, **found.as_detail()}
         burn = cctp_chain_io.burn_on_chain(source, tx_hash)
         if burn is None:
+            asked = cctp_chain_io.burn_still_seen(source, tx_hash)
+            if asked.seen is not None:
+                return burn_seen_again(tx_hash, detail, asked)
             # Attested, yet the chain no longer has the burn: a reorg deeper than the
             # attester's confirmations. Minting on it would mint money that was never burned.
             return Observation(
@@ -163,6 +177,7 @@ class CctpAttestationObserve(Executor):
                 tx_hash,
                 {
                     **detail,
+                    **asked.evidence(),
                     "finding": "attested, but the burn is not in the canonical chain",
                     "attention": {
                         "reason": "reorg",

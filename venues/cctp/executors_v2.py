@@ -69,6 +69,7 @@ from venues.cctp.executors import (
     _evm,
     _upstream,
     _usdc,
+    burn_seen_again,
     validate_amount,
 )
 from venues.cctp.iris import IrisClient, IrisMessage, fee_units
@@ -369,6 +370,33 @@ def _burn_node_track(chain_name: str, tx_hash: str) -> Track | None:
     return track(tx.node_id)
 
 
+def _burn_missing(source: CctpChain, tx_hash: str, detail: dict[str, Any]) -> Observation:
+    """The primary's look did not find the burn canonical. Held either way (nothing is minted
+    on a burn that is not found whole); a person is told of a reorg only when no endpoint,
+    the primary asked again among them, serves it."""
+    asked = cctp_chain_io.burn_still_seen(source, tx_hash)
+    if asked.seen is not None:
+        return burn_seen_again(tx_hash, detail, asked)
+    # Gone from the canonical chain (a reorg after a fast burn completed at `safe`): the
+    # burn's track re-broadcasts its stored bytes, and the attester's nonce of the re-included
+    # burn is the same.
+    look = _burn_node_track(source.name, tx_hash)
+    return Observation(
+        ObservedStatus.PENDING,
+        tx_hash,
+        {
+            **detail,
+            "held": "the burn is not in the source's canonical chain",
+            **asked.evidence(),
+            "burn_track": look.status if look else "unknown",
+            "attention": {
+                "reason": "reorg",
+                "message": f"the burn {tx_hash} left the canonical chain: no mint until it is back",
+            },
+        },
+    )
+
+
 @register("cctp_v2_attestation_observe", provider=PROVIDER)
 class CctpV2AttestationObserve(Executor):
     """Circle's attestation of a V2 burn; complete only on a canonical burn whose attested
@@ -390,24 +418,7 @@ class CctpV2AttestationObserve(Executor):
         detail: dict[str, Any] = {"burn_tx_hash": tx_hash, "source_domain": source.domain}
         burn = burn_messages_v2(source, tx_hash)
         if burn is None:
-            # Gone from the canonical chain (a reorg after a fast burn completed at `safe`):
-            # hold; the burn's track re-broadcasts its stored bytes, and the attester's nonce
-            # of the re-included burn is the same: nothing is minted on a burn that is gone.
-            look = _burn_node_track(source.name, tx_hash)
-            return Observation(
-                ObservedStatus.PENDING,
-                tx_hash,
-                {
-                    **detail,
-                    "held": "the burn is not in the source's canonical chain",
-                    "burn_track": look.status if look else "unknown",
-                    "attention": {
-                        "reason": "reorg",
-                        "message": f"the burn {tx_hash} left the canonical chain: "
-                        "no mint until it is back",
-                    },
-                },
-            )
+            return _burn_missing(source, tx_hash, detail)
         detail |= {"burn_block_number": burn.block_number, "burn_block_hash": burn.block_hash}
         with _iris() as iris:
             messages = iris.messages(source.domain, tx_hash)

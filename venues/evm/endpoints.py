@@ -1,6 +1,7 @@
 """Several RPC endpoints of one chain (``rpc_url_env`` and ``rpc_endpoints`` in the reviewed
 config): sends and everyday reads go to the primary; a conclusion of absence drawn from the
-primary's answers (DROPPED, a finalized transaction gone) is first put to every endpoint.
+primary's answers (DROPPED; a transaction seen in a block, final or not, or an attested CCTP
+burn, gone: a reorg) is first put to every endpoint, the primary asked again among them.
 
 - A receipt of one of ours at ANY endpoint that answers is a sighting, lagging or not (a
   lagging endpoint is behind the chain, it does not invent blocks): never absent then.
@@ -131,16 +132,40 @@ def _disagrees(w3, entry, *, hashes, sender, nonce, block) -> str | None:
     return None
 
 
-def sighting_elsewhere(chain: EvmChain, tx_hash: str, block_hash: str) -> dict[str, Any] | None:
-    """Another endpoint that still serves ``tx_hash`` in ``block_hash`` (the primary does not:
-    a finalized transaction is not concluded gone while one does), with every answer."""
-    if not chain.rpc_endpoints:
-        return None
+@dataclass(frozen=True)
+class Sighting:
+    """Every endpoint's answer to a lookup of one transaction, and the first that serves it
+    where it was looked for (None: no endpoint does)."""
+
+    answers: list[dict[str, Any]]
+    seen: dict[str, Any] | None
+
+    def evidence(self) -> dict[str, Any]:
+        return {"endpoints": self.answers, **({"sighting": self.seen} if self.seen else {})}
+
+
+def sighting_elsewhere(chain: EvmChain, tx_hash: str, block_hash: str | None = None) -> Sighting:
+    """Whether an endpoint serves ``tx_hash`` (in ``block_hash`` when given) although a look at
+    the primary just did not: a transaction is not concluded gone (a reorg, a final one
+    included) while one does. Every endpoint is asked, the primary again: one lookup of a
+    load-balanced backend can miss a receipt its peers serve, a second look is an answer of
+    its own."""
     found = _sightings(chain, [tx_hash])
-    for entry, _ in found[1:]:
-        if entry.get("receipt", {}).get("block_hash") == block_hash:
-            return {"endpoint": entry["endpoint"], "endpoints": [e for e, _ in found]}
-    return None
+    answers = [entry for entry, _ in found]
+    for entry, w3 in found:
+        receipt = entry.get("receipt")
+        if not receipt or block_hash not in (None, receipt["block_hash"]):
+            continue
+        # A receipt whose block the endpoint no longer holds at its height is a stale index
+        # entry, not a sighting; one it cannot say either way about is no absence either.
+        block, error = _ask("block", w3.eth.get_block, receipt["block_number"])
+        if error:
+            entry["error"] = error
+        elif block is None or block["hash"].to_0x_hex() != receipt["block_hash"]:
+            entry["stale_receipt"] = True
+            continue
+        return Sighting(answers, {"endpoint": entry["endpoint"], **receipt})
+    return Sighting(answers, None)
 
 
 def receipt_elsewhere(chain: EvmChain, hashes: list[str]) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from movements.executors.base import (
 from movements.executors.registry import register
 from venues.evm import client
 from venues.evm.config import EvmChain, evm_chain
-from venues.evm.endpoints import sighting_elsewhere
+from venues.evm.endpoints import Sighting, sighting_elsewhere
 from venues.evm.facts import check_decimals
 from venues.evm.tx import (
     ACTOR,
@@ -167,18 +167,21 @@ class ChainTxObserve(Executor):
         seen_block = str(ctx.result.get("block_hash") or "")
         final_since = str(ctx.result.get("final_since") or "")
         if final_since and (receipt is None or receipt["blockHash"].to_0x_hex() != seen_block):
-            elsewhere = sighting_elsewhere(chain, tx_hash, seen_block)
-            if elsewhere is None:
-                return final_reorg(w3, chain, ctx, tx_hash, receipt, head=head)
-            # The primary endpoint does not serve it; another still does, in its block.
-            return Observation(
-                ObservedStatus.PENDING,
-                tx_hash,
-                {"waiting_for": "the primary endpoint to serve the receipt", **elsewhere},
-            )
+            asked = sighting_elsewhere(chain, tx_hash, seen_block)
+            if asked.seen is None:
+                return final_reorg(w3, chain, ctx, tx_hash, receipt, head=head, asked=asked)
+            return _still_seen(tx_hash, asked)
         if receipt is None:
             if seen_block:
-                evidence = {"tx_hash": tx_hash, "old_block_hash": seen_block, "head": head}
+                asked = sighting_elsewhere(chain, tx_hash, seen_block)
+                if asked.seen is not None:
+                    return _still_seen(tx_hash, asked)
+                evidence = {
+                    "tx_hash": tx_hash,
+                    "old_block_hash": seen_block,
+                    "head": head,
+                    **asked.evidence(),
+                }
                 return Observation(
                     ObservedStatus.REORG,
                     tx_hash,
@@ -240,6 +243,16 @@ class ChainTxObserve(Executor):
         return _watched(chain, ctx, tx_hash, detail)
 
 
+def _still_seen(tx_hash: str, asked: Sighting) -> Observation:
+    """The primary's look did not serve ``tx_hash`` in its block; an endpoint (the primary's
+    second look among them) still does: no reorg is concluded, the next look decides."""
+    return Observation(
+        ObservedStatus.PENDING,
+        tx_hash,
+        {"waiting_for": "the primary endpoint to serve the receipt", **asked.evidence()},
+    )
+
+
 def _final_again(chain: EvmChain, tx_hash: str, detail: dict[str, Any]) -> None:
     """QTG's record of a transaction a final reorg walked back, final again (re-included and
     final by the policy): PENDING -> CONFIRMED -> FINALIZED with this look's evidence, and a
@@ -287,7 +300,14 @@ def _watched(chain: EvmChain, ctx: ExecutionContext, tx_hash: str, detail: dict[
 
 
 def final_reorg(
-    w3: Any, chain: EvmChain, ctx: ExecutionContext, tx_hash: str, receipt: Any, *, head: int
+    w3: Any,
+    chain: EvmChain,
+    ctx: ExecutionContext,
+    tx_hash: str,
+    receipt: Any,
+    *,
+    head: int,
+    asked: Sighting,
 ) -> Observation:
     """A transaction final by the policy is gone from the canonical chain (or in another
     block) while it is watched: the chain contradicted its finality. QTG's record of it walks
@@ -302,6 +322,7 @@ def final_reorg(
         "head": head,
         "now_in_block": receipt["blockHash"].to_0x_hex() if receipt is not None else None,
         "policy": chain.finality.describe(),
+        **asked.evidence(),
     }
     with suppress(TransientError):
         evidence["finalized_block"] = _checkpoint(w3)

@@ -410,6 +410,35 @@ def test_a_burn_whose_lookups_lag_is_never_called_dropped_and_the_movement_compl
     assert b.usdc_balance(bob) == before + UNITS
 
 
+def test_a_burn_receipt_one_lookup_misses_after_attestation_is_not_a_reorg_and_mints_once(
+    venues_on, funded, cctp, chain_a, chain_b, bob, creator, lagging_a
+):
+    """One receipt lookup of the burn answers null (a backend of the pool behind the others)
+    once the burn is done and Iris attests it: a second look serves it, so no reorg is
+    concluded, nobody is paged and the movement completes with one mint."""
+    _, b = cctp
+    before = b.usdc_balance(bob)
+    request = create(creator, bob)
+    missed = []
+
+    def miss_the_burn_once():
+        burn = node(request, "burn")
+        if not missed and burn.node_state == NodeState.COMPLETED:
+            lagging_a.miss_receipts(burn.external_ref, times=1)
+            missed.append(burn.external_ref)
+
+    request = settle(request, [chain_a, chain_b], each=miss_the_burn_once)
+
+    assert missed
+    assert ("eth_getTransactionReceipt", missed[0].lower()) in lagging_a.lagged
+    assert request.request_state == RequestState.COMPLETED
+    assert NodeState.UNKNOWN not in node_path(request, "attestation_observe")
+    assert not MovementAttention.objects.filter(request=request).exists()
+    assert b.usdc_balance(bob) == before + UNITS
+    assert len(mints(b, burn_message(request, cctp[0]).nonce)) == 1
+    assert_history_replays(request)
+
+
 def test_a_burn_whose_nonce_a_foreign_transaction_took_fails_and_nothing_is_burned(
     venues_on, funded, cctp, chain_a, chain_b, bob, creator
 ):

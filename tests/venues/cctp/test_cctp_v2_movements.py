@@ -15,7 +15,7 @@ from eth_utils import keccak
 from prometheus_client import REGISTRY
 from web3.logs import DISCARD
 
-from movements.models import MovementEvent, MovementRequest
+from movements.models import MovementAttention, MovementEvent, MovementRequest
 from movements.services import movement_approve, movement_create
 from movements.states import RequestState
 from qtg.core.actors import Actor
@@ -23,12 +23,21 @@ from qtg.core.venues import provide_venues
 from standins.cctp_v2 import MessageV2, deploy_cctp_v2, link_v2
 from standins.iris import IrisService, SourceDomain
 from standins.iris_v2 import FeeSchedule, RateLimit
+from standins.rpc_proxy import LossyRpcProxy
 from tests.execution.conftest import assert_history_replays
 from tests.movements.drive import node
 from tests.venues.pages import chain_transaction_page
 from venues.models import ChainTransaction, TxState
 
-from .conftest import ATTESTER_KEY, DOMAIN_A, DOMAIN_B, IRIS_CONFIRMATIONS, TREASURY, VAULT
+from .conftest import (
+    ATTESTER_KEY,
+    DOMAIN_A,
+    DOMAIN_B,
+    IRIS_CONFIRMATIONS,
+    RPC_A_ENV,
+    TREASURY,
+    VAULT,
+)
 from .test_cctp_movements import settle, supply
 
 pytestmark = [pytest.mark.devchain, pytest.mark.standin, pytest.mark.django_db]
@@ -171,6 +180,40 @@ def emitted(request, a2):
     receipt = a2.w3.eth.get_transaction_receipt(node(request, "burn").external_ref)
     (event,) = a2.transmitter.events.MessageSent().process_receipt(receipt, errors=DISCARD)
     return MessageV2.parse(bytes(event["args"]["message"]))
+
+
+@pytest.fixture
+def lagging_a(chain_a, venues_on, monkeypatch):
+    """The stand-in proxy in front of chain A, the product reading chain A through it."""
+    with LossyRpcProxy(chain_a.url) as proxy:
+        monkeypatch.setenv(RPC_A_ENV, proxy.url)
+        yield proxy
+
+
+@pytest.mark.parametrize("template", ["cctp_v2", "cctp_v2_fast"])
+def test_a_v2_burn_receipt_one_lookup_misses_is_not_a_reorg_and_mints_once(
+    venues_on, lagging_a, funded, cctp_v2, chain_a, chain_b, bob, creator, template
+):
+    """Once the burn is done, one receipt lookup of it answers null (a backend behind the
+    others): a second look serves it, nobody is paged and the movement mints once."""
+    _, b2 = cctp_v2
+    request = create(creator, bob, template=template, max_fee="0.01")
+    missed = []
+
+    def miss_the_burn_once():
+        burn = node(request, "burn")
+        if not missed and burn.node_state == "COMPLETED":
+            lagging_a.miss_receipts(burn.external_ref, times=1)
+            missed.append(burn.external_ref)
+
+    request = settle(request, [chain_a, chain_b], each=miss_the_burn_once)
+
+    assert missed
+    assert ("eth_getTransactionReceipt", missed[0].lower()) in lagging_a.lagged
+    assert request.request_state == RequestState.COMPLETED, request.failure_reason
+    assert not MovementAttention.objects.filter(request=request).exists()
+    assert len(v2_mints(b2, attested(request).nonce)) == 1
+    assert_history_replays(request)
 
 
 @pytest.mark.parametrize(

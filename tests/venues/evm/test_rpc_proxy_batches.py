@@ -53,6 +53,28 @@ def test_a_lagging_lookup_answers_null_in_its_element_and_the_other_calls_are_an
     ]
 
 
+def test_a_missed_receipt_is_null_that_many_times_alone_or_in_a_batch_then_answered(
+    devchain, lossy, mined
+):
+    post(lossy.url, call("standin_missReceipts", mined, 2, id=0))
+
+    alone = post(lossy.url, call("eth_getTransactionReceipt", mined, id=1)).json()
+    batch = post(
+        lossy.url,
+        [
+            call("eth_getTransactionByHash", mined, id=2),
+            call("eth_getTransactionReceipt", mined, id=3),
+        ],
+    ).json()
+    after = post(lossy.url, call("eth_getTransactionReceipt", mined, id=4)).json()
+
+    by_id = {element["id"]: element for element in batch}
+    assert alone["result"] is None and by_id[3]["result"] is None
+    assert by_id[2]["result"]["hash"] == mined  # the body is not a receipt lookup
+    assert after["result"]["transactionHash"] == mined
+    assert lossy.lagged == [("eth_getTransactionReceipt", mined.lower())] * 2
+
+
 def test_an_error_answer_for_a_method_is_its_own_element_of_the_batch(devchain, lossy):
     lossy.answer_error("eth_getTransactionCount", "header not found", times=1)
     treasury = devchain.accounts[1].address
