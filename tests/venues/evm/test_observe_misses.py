@@ -12,6 +12,7 @@ from standins.contracts import send_transaction
 from tests.execution.conftest import node_path
 from tests.venues.evm.conftest import CHAIN, RPC_ENV, balance, settle, transfer
 from tests.venues.evm.test_final_watch import DEPTH_POLICY, watched
+from tests.venues.evm.test_transfers import attention_reasons, chain_txs, run_until
 from venues.evm.executors import ChainTxObserve
 from venues.models import ChainLedgerEntry, ChainTransaction, TxState
 
@@ -96,3 +97,25 @@ def test_a_seen_transaction_a_reorg_removed_is_still_a_reorg(devchain, chain_con
     assert observation.detail["attention"]["reason"] == "reorg"
     assert observation.detail["old_block_hash"] == block_hash
     assert [e["endpoint"] for e in observation.detail["endpoints"]] == [RPC_ENV]
+
+
+def test_a_confirmed_transfer_whose_receipt_one_lookup_misses_is_not_walked_back_or_paged(
+    devchain, tokens, through_lossy, chain_config, fast_worker, creator, recipient
+):
+    chain_config(confirmations=4)
+    request = transfer(creator, recipient, amount="3")
+    [tx] = run_until(
+        lambda: [t for t in chain_txs(request) if t.state == TxState.CONFIRMED],
+        each=devchain.mine,
+    )
+
+    through_lossy.miss_receipts(tx.tx_hash, times=1)
+    request = settle(request, devchain)
+
+    assert ("eth_getTransactionReceipt", tx.tx_hash.lower()) in through_lossy.lagged
+    assert request.request_state == RequestState.COMPLETED
+    [tx] = chain_txs(request)
+    assert tx.state == TxState.FINALIZED
+    assert not tx.events.filter(from_state=TxState.CONFIRMED, to_state=TxState.PENDING).exists()
+    assert "reorg" not in attention_reasons(request)
+    assert balance(devchain, tokens["USDC"], recipient) == 3_000_000

@@ -213,6 +213,8 @@ def test_a_reorg_walks_the_transaction_back_and_finality_is_counted_from_the_new
     assert balance(devchain, tokens["USDC"], recipient) == 3_000_000
     walked_back = tx.events.get(from_state=S.CONFIRMED, to_state=S.PENDING)
     assert walked_back.evidence["reorg"]["old_block_hash"] == old_hash
+    # Concluded only after every endpoint was asked: their answers are the evidence.
+    assert walked_back.evidence["reorg"]["endpoints"]
     assert tx.block_hash != old_hash and tx.block_number >= old_block
     finalized = tx.events.get(to_state=S.FINALIZED)
     assert finalized.evidence["block_hash"] == tx.block_hash

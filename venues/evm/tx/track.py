@@ -14,6 +14,7 @@ from django.utils import timezone
 from movements.executors.base import TransientError
 from venues.evm import client
 from venues.evm.config import GWEI, EvmChain
+from venues.evm.endpoints import receipt_elsewhere, sighting_elsewhere
 from venues.evm.family import evm_fees
 from venues.evm.tx import policy
 from venues.evm.tx.broadcast import send_stored
@@ -97,9 +98,21 @@ def track(node_id: int, *, now=None) -> Track:
         if result.status == "failed":
             result.detail["revert_reason"] = revert_reason(w3, winner)
         return result
+    asked: dict[int, dict[str, Any]] = {}
+    for pk in plan.walk_back:
+        if looks.get(pk) is not None:
+            continue  # mined in another block now: a reorg the primary itself shows
+        # Its receipt missed at the primary: a lagging backend of a load-balanced provider
+        # answers null for a transaction its peers serve. Gone only if no endpoint (the
+        # primary asked again among them) serves it in its block: else this look waits.
+        sighting = sighting_elsewhere(chain, by_id[pk].tx_hash, by_id[pk].block_hash)
+        if sighting.seen is not None:
+            result.detail["receipt_missed"] = sighting.evidence()
+            return result
+        asked[pk] = sighting.evidence()
     for pk in plan.walk_back:
         tx = by_id[pk]
-        result.reorg = walk_back(tx, looks.get(pk), head)
+        result.reorg = walk_back(tx, looks.get(pk), head, asked=asked.get(pk))
         result.attention = {
             "reason": "reorg",
             "message": f"block {result.reorg['old_block_number']} of {chain.name} left the "
@@ -121,8 +134,6 @@ def track(node_id: int, *, now=None) -> Track:
         return result
     if plan.conclude == "dropped":
         # Concluded absent at the primary endpoint: not while another serves a receipt.
-        from venues.evm.endpoints import receipt_elsewhere
-
         seen = receipt_elsewhere(chain, [tx.tx_hash for tx in txs if tx.tx_hash])
         if seen is not None:
             result.detail["receipt_elsewhere"] = seen
@@ -168,12 +179,17 @@ def _fill_gaps(
     return {"nonces_filled": {str(tx.nonce): tx.tx_hash for tx in report.filled}}
 
 
-def walk_back(tx: ChainTransaction, receipt: Any, head: int) -> dict[str, Any]:
+def walk_back(
+    tx: ChainTransaction, receipt: Any, head: int, *, asked: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A CONFIRMED transaction whose block left the canonical chain back to PENDING, with the
+    evidence (``asked``: every endpoint's answer, where its receipt was missing)."""
     evidence = {
         "old_block_number": tx.block_number,
         "old_block_hash": tx.block_hash,
         "head": head,
         "now_in_block": receipt["blockHash"].to_0x_hex() if receipt is not None else None,
+        **(asked or {}),
     }
     move_tx(tx, S.PENDING, {"reorg": evidence}, block_number=None, block_hash="", confirmations=0)
     return evidence
