@@ -9,14 +9,13 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from qtg.core.actors import Actor
 from qtg.core.chain import GENESIS, link_problem
 from qtg.core.errors import IllegalStateTransition, StaleState
+from tests.venues.test_chain_transactions import ACTOR, new_tx
 from venues.models import ChainLedgerEntry, ChainTransaction, LedgerKind, TxState
-from venues.transactions import chain_transaction_create, chain_transaction_transition
+from venues.transactions import chain_transaction_transition
 
 pytestmark = pytest.mark.django_db
-ACTOR = Actor.system("test")
 S = TxState
 
 # A state change inside the caller's transaction: the compare-and-set (UPDATE ... RETURNING),
@@ -27,18 +26,6 @@ STATEMENTS_PER_FINALIZING = 4
 # A new transaction inside the caller's transaction: its INSERT and its first event's (a new
 # stream starts at the genesis: no head to read).
 STATEMENTS_PER_CREATE = 2
-
-
-def new_tx(**kwargs):
-    return chain_transaction_create(
-        chain="devchain",
-        sender="0xabc",
-        nonce=7,
-        unsigned={"to": "0xdef"},
-        actor=ACTOR,
-        family="evm",
-        **kwargs,
-    )
 
 
 def move(tx, state, **kwargs):

@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from movements.public import TERMINAL_NODE_STATES, TERMINAL_REQUEST_STATES
@@ -186,11 +186,10 @@ class GapHint:
 
 
 def gap_hint(chain: str, sender: str) -> GapHint:
-    """The sender's ``GapHint``: one statement."""
-    found = ChainTransaction.objects.filter(chain=chain, sender=sender).aggregate(
-        work=Count("pk", filter=_WORK), oldest=Min("created_at", filter=_MAYBE_HELD)
-    )
-    return GapHint(work=bool(found["work"]), oldest_created=found["oldest"])
+    """The sender's ``GapHint``: one statement, read as a look reads it (``with_gap_hint``)
+    with any one of the sender's rows; a sender with none has no gap to fill."""
+    row = with_gap_hint(ChainTransaction.objects.filter(chain=chain, sender=sender)).first()
+    return hint_of(row) if row is not None else GapHint(work=False)
 
 
 def with_gap_hint(transactions):
